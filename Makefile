@@ -1,0 +1,51 @@
+# Switchboard: `make run` starts the embedded server, `make test` runs every test.
+# Both install what they need on a fresh machine.
+SHELL := /bin/bash
+NODE := node --import tsx
+TEST_SPEC := "services/*/test/**/*.test.ts" "test/e2e/**/*.test.ts" "test/chaos/**/*.test.ts"
+
+.PHONY: run test lint typecheck bench chaos install system-deps services
+
+node_modules/.installed: package.json package-lock.json services/*/package.json
+	@echo "==> installing npm packages (npm ci)"
+	npm ci --no-audit --no-fund
+	@touch $@
+
+install: node_modules/.installed
+
+## Tools tests need from Debian: ffmpeg/ffprobe (voice notes), chromium (dashboard e2e).
+system-deps:
+	@missing=""; \
+	command -v ffprobe >/dev/null || missing="$$missing ffmpeg"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "==> installing system packages:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	    || echo "warning: could not install$$missing; tests that need them will fail"; \
+	fi
+
+## PostgreSQL and NATS run on every dev/CI machine; start them if they are down.
+services:
+	@scripts/ensure-services.sh
+
+run: install
+	@$(NODE) services/server/src/main.ts
+
+typecheck: install
+	npx tsc -p tsconfig.json
+
+lint: install
+	npx eslint .
+	npx tsc -p tsconfig.json
+
+test: install system-deps services
+	@echo "==> type-check"
+	npx tsc -p tsconfig.json
+	@echo "==> tests"
+	NODE_EXTRA_CA_CERTS=$(CURDIR)/test/fixtures/tls/ca.pem npx mocha $(TEST_SPEC)
+
+bench: install services
+	@$(NODE) test/bench/run.ts
+
+chaos: install services
+	CHAOS_LONG=1 npx mocha test/chaos/**/*.test.ts

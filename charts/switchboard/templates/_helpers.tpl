@@ -1,0 +1,95 @@
+{{- define "switchboard.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "switchboard.labels" -}}
+app.kubernetes.io/name: switchboard
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: call with (dict "root" $ "component" "gateway"). */}}
+{{- define "switchboard.selectorLabels" -}}
+app.kubernetes.io/name: switchboard
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "switchboard.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "switchboard.secretName" -}}
+{{- .Values.secrets.existingSecret | default (printf "%s-env" (include "switchboard.fullname" .)) -}}
+{{- end -}}
+
+{{- define "switchboard.configMapName" -}}
+{{- printf "%s-config" (include "switchboard.fullname" .) -}}
+{{- end -}}
+
+{{- define "switchboard.databaseUrl" -}}
+{{- if .Values.postgresql.enabled -}}
+{{- printf "postgres://switchboard:%s@%s-postgresql:5432/switchboard" .Values.postgresql.password (include "switchboard.fullname" .) -}}
+{{- else -}}
+{{- required "externalDatabase.url is required when postgresql.enabled is false" .Values.externalDatabase.url -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "switchboard.natsUrl" -}}
+{{- if .Values.nats.enabled -}}
+{{- printf "nats://%s-nats:4222" (include "switchboard.fullname" .) -}}
+{{- else -}}
+{{- required "externalNats.url is required when nats.enabled is false" .Values.externalNats.url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment shared by every component: settings from the ConfigMap, secrets from the Secret. */}}
+{{- define "switchboard.envFrom" -}}
+- configMapRef:
+    name: {{ include "switchboard.configMapName" . }}
+- secretRef:
+    name: {{ include "switchboard.secretName" . }}
+{{- end -}}
+
+{{/* Probes on /health (liveness) and /ready (readiness: database and bus). */}}
+{{- define "switchboard.probes" -}}
+livenessProbe:
+  httpGet: { path: /health, port: http }
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet: { path: /ready, port: http }
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+startupProbe:
+  httpGet: { path: /health, port: http }
+  periodSeconds: 2
+  failureThreshold: 60
+{{- end -}}
+
+{{- define "switchboard.podExtras" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

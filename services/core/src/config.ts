@@ -1,0 +1,168 @@
+// Configuration from the environment (DESIGN §4). Every variable is validated at start; a bad
+// one produces one line naming it, and the process exits non-zero.
+
+export interface Config {
+  port: number;
+  host: string;
+  publicBaseUrl: string;
+  adminApiKey: string | undefined; // undefined → embedded server generates one in DATA_DIR
+  dataDir: string;
+  databaseUrl: string | undefined; // undefined → PGlite in DATA_DIR
+  natsUrl: string | undefined; // undefined → in-process bus
+  natsNamespace: string; // prefix of subjects, streams and buckets, so test runs never collide
+  networkDriver: 'baileys' | 'sandbox';
+  encryptionKey: Buffer | undefined; // undefined → embedded server generates one in DATA_DIR
+  webhookRetrySchedule: number[];
+  webhookAllowPrivateTargets: boolean;
+  rateLimitPerMinute: number;
+  trustProxy: boolean;
+  allowedOrigins: string[];
+  sendExpiryMs: number;
+  pairingCodeIntervalMs: number;
+  mediaLinkTtlSeconds: number;
+  mediaRetentionMs: number;
+  sandboxReceiptDelayMs: number;
+  logLevel: string;
+  instanceId: string | undefined; // cluster-mode session process: the one instance it serves
+}
+
+export class ConfigError extends Error {
+  constructor(public readonly problems: string[]) {
+    super(problems.join('\n'));
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+const DEFAULT_RETRY_SCHEDULE = '0,5000,300000,1800000,7200000,18000000,36000000,36000000';
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+/** Reads and validates the configuration; throws ConfigError listing every bad variable. */
+export function loadConfig(env: Env = process.env): Config {
+  const problems: string[] = [];
+  const read = new EnvReader(env, problems);
+
+  const port = read.int('PORT', 8080, 0, 65535);
+  const config: Config = {
+    port,
+    host: read.str('HOST', '0.0.0.0'),
+    publicBaseUrl: read.url('PUBLIC_BASE_URL', `http://localhost:${port}`).replace(/\/+$/, ''),
+    adminApiKey: read.optional('ADMIN_API_KEY', (v) => (v.length >= 16 ? v : 'must be at least 16 characters')),
+    dataDir: read.str('DATA_DIR', './data'),
+    databaseUrl: read.optional('DATABASE_URL', (v) =>
+      /^postgres(ql)?:\/\//.test(v) ? v : 'must be a postgres:// or postgresql:// URL',
+    ),
+    natsUrl: read.optional('NATS_URL', (v) => (/^(nats|tls|wss?):\/\//.test(v) || /^[\w.-]+:\d+$/.test(v) ? v : 'must be a nats:// URL')),
+    natsNamespace: read.str('NATS_NAMESPACE', '', /^[A-Za-z0-9_-]*$/),
+    networkDriver: read.oneOf('NETWORK_DRIVER', 'baileys', ['baileys', 'sandbox'] as const),
+    encryptionKey: read.key('ENCRYPTION_KEY'),
+    webhookRetrySchedule: read.schedule('WEBHOOK_RETRY_SCHEDULE', DEFAULT_RETRY_SCHEDULE),
+    webhookAllowPrivateTargets: read.bool('WEBHOOK_ALLOW_PRIVATE_TARGETS', false),
+    rateLimitPerMinute: read.int('RATE_LIMIT_PER_MINUTE', 300, 1, 1_000_000),
+    trustProxy: read.bool('TRUST_PROXY', false),
+    allowedOrigins: read.origins('ALLOWED_ORIGINS'),
+    sendExpiryMs: read.int('SEND_EXPIRY_MS', 86_400_000, 1, 365 * 86_400_000),
+    pairingCodeIntervalMs: read.int('PAIRING_CODE_INTERVAL_MS', 60_000, 0, 86_400_000),
+    mediaLinkTtlSeconds: read.int('MEDIA_LINK_TTL_SECONDS', 3600, 1, 30 * 86_400),
+    mediaRetentionMs: read.int('MEDIA_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
+    sandboxReceiptDelayMs: read.int('SANDBOX_RECEIPT_DELAY_MS', 50, 0, 3_600_000),
+    logLevel: read.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),
+    instanceId: read.optional('INSTANCE_ID', (v) => (/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/.test(v) ? v : 'must be an instance id')),
+  };
+  if (problems.length) throw new ConfigError(problems);
+  return config;
+}
+
+class EnvReader {
+  constructor(
+    private readonly env: Env,
+    private readonly problems: string[],
+  ) {}
+
+  private raw(name: string): string | undefined {
+    const v = this.env[name];
+    return v === undefined || v.trim() === '' ? undefined : v.trim();
+  }
+
+  private fail<T>(name: string, message: string, fallback: T): T {
+    this.problems.push(`${name}: ${message}`);
+    return fallback;
+  }
+
+  str(name: string, fallback: string, pattern?: RegExp): string {
+    const v = this.raw(name) ?? fallback;
+    if (pattern && !pattern.test(v)) return this.fail(name, `must match ${pattern}`, fallback);
+    return v;
+  }
+
+  optional(name: string, check: (v: string) => string): string | undefined {
+    const v = this.raw(name);
+    if (v === undefined) return undefined;
+    const result = check(v);
+    return result === v ? v : this.fail(name, result, undefined);
+  }
+
+  int(name: string, fallback: number, min: number, max: number): number {
+    const v = this.raw(name);
+    if (v === undefined) return fallback;
+    const n = Number(v);
+    if (!/^-?\d+$/.test(v) || n < min || n > max) return this.fail(name, `must be a whole number from ${min} to ${max} (got "${v}")`, fallback);
+    return n;
+  }
+
+  bool(name: string, fallback: boolean): boolean {
+    const v = this.raw(name)?.toLowerCase();
+    if (v === undefined) return fallback;
+    if (['true', '1', 'yes'].includes(v)) return true;
+    if (['false', '0', 'no'].includes(v)) return false;
+    return this.fail(name, `must be true or false (got "${v}")`, fallback);
+  }
+
+  oneOf<T extends string>(name: string, fallback: T, values: readonly T[]): T {
+    const v = this.raw(name) ?? fallback;
+    return values.includes(v as T) ? (v as T) : this.fail(name, `must be one of ${values.join(', ')} (got "${v}")`, fallback);
+  }
+
+  url(name: string, fallback: string): string {
+    const v = this.raw(name) ?? fallback;
+    try {
+      const u = new URL(v);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error();
+      return v;
+    } catch {
+      return this.fail(name, `must be an http(s) URL (got "${v}")`, fallback);
+    }
+  }
+
+  key(name: string): Buffer | undefined {
+    const v = this.raw(name);
+    if (v === undefined) return undefined;
+    const bytes = Buffer.from(v, 'base64');
+    if (bytes.length !== 32) return this.fail(name, 'must be 32 bytes encoded in base64 (try: openssl rand -base64 32)', undefined);
+    return bytes;
+  }
+
+  schedule(name: string, fallback: string): number[] {
+    const v = this.raw(name) ?? fallback;
+    const parts = v.split(',').map((p) => p.trim());
+    if (parts.length !== 8 || parts.some((p) => !/^\d+$/.test(p))) {
+      return this.fail(name, 'must list 8 comma-separated delays in milliseconds', fallback.split(',').map(Number));
+    }
+    return parts.map(Number);
+  }
+
+  origins(name: string): string[] {
+    const v = this.raw(name);
+    if (v === undefined) return [];
+    const origins: string[] = [];
+    for (const part of v.split(',').map((p) => p.trim()).filter(Boolean)) {
+      try {
+        origins.push(new URL(part).origin);
+      } catch {
+        this.fail(name, `"${part}" is not an origin such as https://app.example.com`, undefined);
+      }
+    }
+    return origins;
+  }
+}

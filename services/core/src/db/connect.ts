@@ -1,0 +1,49 @@
+// One knex handle for both databases: PostgreSQL (cluster mode) or PGlite in DATA_DIR (embedded).
+// The same SQL and migrations run on both, since PGlite is PostgreSQL compiled to WASM.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import knexFactory, { type Knex } from 'knex';
+import ClientPgLite from 'knex-pglite';
+import { migrationSource } from './migrations/index.ts';
+
+export type Db = Knex;
+
+export interface DatabaseOptions {
+  databaseUrl?: string;
+  dataDir: string;
+  poolMax?: number;
+}
+
+// knex-pglite derives the result kind from knex's method name, so `.del()` ("DEL") and
+// `.increment()` ("COUNTER") would return raw results instead of affected-row counts as on pg.
+class PgliteClient extends (ClientPgLite as any) {
+  processResponse(obj: any, runner: unknown) {
+    const method = obj.method === 'del' ? 'delete' : obj.method === 'counter' ? 'update' : obj.method;
+    return super.processResponse({ ...obj, method }, runner);
+  }
+}
+
+export function openDatabase(opts: DatabaseOptions): Db {
+  if (opts.databaseUrl) {
+    return knexFactory({
+      client: 'pg',
+      connection: opts.databaseUrl,
+      // 20: concurrent transactions share WAL flushes (group commit), which 10 held back under
+      // load (most connections sat in COMMIT); still far below PostgreSQL's default 100.
+      pool: { min: 0, max: opts.poolMax ?? 20 },
+      acquireConnectionTimeout: 10_000,
+    });
+  }
+  const dir = join(opts.dataDir, 'pgdata');
+  mkdirSync(dir, { recursive: true });
+  return knexFactory({ client: PgliteClient as any, dialect: 'postgres', connection: { filename: dir } } as Knex.Config);
+}
+
+export async function migrate(db: Db): Promise<void> {
+  await db.migrate.latest({ migrationSource });
+}
+
+/** True when the handle is PGlite, which has a single connection (no advisory-lock sessions). */
+export function isEmbedded(db: Db): boolean {
+  return db.client.config.client !== 'pg';
+}

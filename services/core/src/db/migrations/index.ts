@@ -1,0 +1,19 @@
+// Migrations are listed here rather than discovered on disk, so they run the same from source
+// (tsx), from a bundle and in tests. Append new ones; never edit one that has shipped.
+import type { Knex } from 'knex';
+import * as m001 from './001_foundation.ts';
+
+interface Migration {
+  up(knex: Knex): Promise<void>;
+  down(knex: Knex): Promise<void>;
+}
+
+const migrations: Record<string, Migration> = {
+  '001_foundation': m001,
+};
+
+export const migrationSource: Knex.MigrationSource<string> = {
+  getMigrations: async () => Object.keys(migrations),
+  getMigrationName: (name) => name,
+  getMigration: async (name) => migrations[name],
+};

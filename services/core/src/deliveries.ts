@@ -1,0 +1,165 @@
+// The `deliveries` table as the gateway sees it (DESIGN §5 "Webhook delivery"): event listings
+// with their delivery result, the manual retry of an exhausted delivery, and the two cancellation
+// rules. The dispatcher owns routing and attempts; these helpers only read and reset rows.
+import type { Knex } from 'knex';
+import { problems } from './problem.ts';
+
+/** The destination fields of a webhook configuration; every other field is not a URL. */
+export const WEBHOOK_DESTINATIONS = ['url', 'received', 'delivery', 'status', 'connected', 'disconnected', 'presence'] as const;
+export type WebhookDestination = (typeof WEBHOOK_DESTINATIONS)[number];
+
+/** `instances.webhook`: destination URLs ('' = none) plus the payload format. */
+export type WebhookConfig = Partial<Record<WebhookDestination, string>> & { format?: string };
+
+export const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'filtered', 'no_destination', 'cancelled'] as const;
+export type DeliveryState = (typeof DELIVERY_STATUSES)[number];
+
+/** Statuses that still have attempts ahead of them. */
+export const OPEN_DELIVERY_STATUSES: readonly DeliveryState[] = ['pending', 'retrying'];
+
+export interface DeliveryResult {
+  status: DeliveryState;
+  url: string | null;
+  attempts: number;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  nextAttemptAt: string | null;
+  deliveredAt: string | null;
+}
+
+export interface EventWithDelivery {
+  id: string;
+  instanceId: string;
+  type: string;
+  createdAt: string;
+  data: Record<string, unknown>;
+  delivery: DeliveryResult;
+}
+
+/** Every non-empty destination URL of a configuration. */
+export function webhookUrls(config: WebhookConfig | null | undefined): Set<string> {
+  const urls = new Set<string>();
+  for (const field of WEBHOOK_DESTINATIONS) {
+    const value = config?.[field];
+    if (typeof value === 'string' && value.trim() !== '') urls.add(value.trim());
+  }
+  return urls;
+}
+
+/** The instance's latest events (newest first) with their delivery results. */
+export async function listEventsWithDelivery(db: Knex | Knex.Transaction, instanceId: string, limit = 50): Promise<EventWithDelivery[]> {
+  const rows = await db('events as e')
+    .leftJoin('deliveries as d', 'd.event_id', 'e.id')
+    .where('e.instance_id', instanceId)
+    .orderBy([
+      { column: 'e.created_at', order: 'desc' },
+      { column: 'e.id', order: 'desc' },
+    ])
+    .limit(limit)
+    .select(
+      'e.id',
+      'e.instance_id',
+      'e.type',
+      'e.body',
+      'e.created_at',
+      'd.status',
+      'd.url',
+      'd.attempts',
+      'd.last_status_code',
+      'd.last_error',
+      'd.next_attempt_at',
+      'd.delivered_at',
+    );
+  return rows.map(toEventWithDelivery);
+}
+
+function toEventWithDelivery(row: Record<string, any>): EventWithDelivery {
+  const envelope = JSON.parse(row.body) as { createdAt?: string; data?: Record<string, unknown> };
+  return {
+    id: row.id,
+    instanceId: row.instance_id,
+    type: row.type,
+    createdAt: envelope.createdAt ?? iso(row.created_at)!,
+    data: envelope.data ?? {},
+    // No row yet means the dispatcher has not routed the event: it is about to be.
+    delivery: {
+      status: row.status ?? 'pending',
+      url: row.url ?? null,
+      attempts: row.attempts ?? 0,
+      lastStatusCode: row.last_status_code ?? null,
+      lastError: row.last_error ?? null,
+      nextAttemptAt: iso(row.next_attempt_at),
+      deliveredAt: iso(row.delivered_at),
+    },
+  };
+}
+
+function iso(value: Date | string | null | undefined): string | null {
+  if (value === null || value === undefined) return null;
+  return (value instanceof Date ? value : new Date(value)).toISOString();
+}
+
+/**
+ * POST …/events/{eventId}/retry: a fresh series of attempts for an exhausted delivery, with the
+ * same event id and body (the body lives in `events` and is never rewritten) to the URL the event
+ * was routed to. Only `exhausted` is retryable: a `retrying` delivery still has its own series
+ * scheduled, and restarting it would let two series overlap; every other status has nothing to
+ * retry (409 `not_retryable`). 404 when the event is not one of this instance's.
+ */
+export async function retryEvent(db: Knex | Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
+  const event = await db('events').where({ id: eventId, instance_id: instanceId }).first('id');
+  if (!event) throw problems.notFound('The event');
+  const updated = await db('deliveries')
+    .where({ event_id: eventId, instance_id: instanceId, status: 'exhausted' })
+    .update({
+      status: 'pending',
+      attempts: 0,
+      last_status_code: null,
+      last_error: null,
+      delivered_at: null,
+      next_attempt_at: db.fn.now(),
+      updated_at: db.fn.now(),
+    });
+  if (updated === 0) {
+    const current = await db('deliveries').where({ event_id: eventId }).first('status');
+    const status = current?.status ?? 'not yet routed';
+    throw problems.conflict('not_retryable', `Only a delivery whose attempts are exhausted can be retried; this one is ${status}.`);
+  }
+  const [record] = await listOne(db, eventId);
+  return record;
+}
+
+async function listOne(db: Knex | Knex.Transaction, eventId: string): Promise<EventWithDelivery[]> {
+  const rows = await db('events as e')
+    .leftJoin('deliveries as d', 'd.event_id', 'e.id')
+    .where('e.id', eventId)
+    .select('e.id', 'e.instance_id', 'e.type', 'e.body', 'e.created_at', 'd.status', 'd.url', 'd.attempts', 'd.last_status_code', 'd.last_error', 'd.next_attempt_at', 'd.delivered_at');
+  return rows.map(toEventWithDelivery);
+}
+
+/**
+ * Webhook save: pending/retrying deliveries whose URL is no longer any destination of the new
+ * configuration are cancelled; deliveries to URLs that stay keep their schedule. Comparing with
+ * the new configuration (rather than diffing old and new) also catches URLs left over from an even
+ * older configuration. `oldConfig` is accepted so callers pass both sides of the change. Call it in
+ * the transaction that saves the configuration. Returns how many were cancelled.
+ */
+export async function cancelDeliveriesForRemovedUrls(
+  trx: Knex | Knex.Transaction,
+  instanceId: string,
+  _oldConfig: WebhookConfig | null | undefined,
+  newConfig: WebhookConfig,
+): Promise<number> {
+  const kept = [...webhookUrls(newConfig)];
+  const query = trx('deliveries').where('instance_id', instanceId).whereIn('status', OPEN_DELIVERY_STATUSES);
+  if (kept.length > 0) query.where((q) => q.whereNull('url').orWhereNotIn('url', kept));
+  return query.update({ status: 'cancelled', next_attempt_at: null, updated_at: trx.fn.now() });
+}
+
+/** Webhook secret regenerated: every pending/retrying delivery of the instance is cancelled. */
+export async function cancelPendingDeliveries(trx: Knex | Knex.Transaction, instanceId: string): Promise<number> {
+  return trx('deliveries')
+    .where('instance_id', instanceId)
+    .whereIn('status', OPEN_DELIVERY_STATUSES)
+    .update({ status: 'cancelled', next_attempt_at: null, updated_at: trx.fn.now() });
+}

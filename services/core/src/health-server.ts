@@ -1,0 +1,43 @@
+// /health and /ready for processes that serve no other HTTP (dispatcher, operator, session), so
+// Kubernetes probes and the chart work the same for every service.
+import { createServer, type Server } from 'node:http';
+import type { Metrics } from './metrics.ts';
+
+export interface HealthServer {
+  close(): Promise<void>;
+}
+
+/** `ready` resolves with extra details when ready and rejects when not. */
+/** With `metrics`, it also serves GET /metrics (Prometheus) for the process. */
+export function startHealthServer(port: number, ready: () => Promise<Record<string, unknown> | void>, metrics?: Metrics): HealthServer {
+  const server: Server = createServer((req, res) => {
+    const reply = (status: number, body: unknown) => res.writeHead(status, { 'Content-Type': 'application/json' }).end(JSON.stringify(body));
+    if (req.url === '/health') return reply(200, { status: 'ok' });
+    if (req.url === '/ready') {
+      ready().then(
+        (details) => reply(200, { status: 'ready', ...(details ?? {}) }),
+        (err) => reply(503, { status: 'not_ready', reason: err instanceof Error ? err.message : String(err) }),
+      );
+      return;
+    }
+    if (req.url === '/metrics' && metrics) {
+      metrics.render().then(
+        (body) => res.writeHead(200, { 'Content-Type': metrics.contentType }).end(body),
+        () => reply(500, { status: 500, title: 'metrics unavailable' }),
+      );
+      return;
+    }
+    reply(404, { status: 404, title: 'Not Found' });
+  });
+  server.listen(port);
+  return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+/** HEALTH_PORT of a worker process, when set. */
+export function healthPortFrom(env: NodeJS.ProcessEnv): number | undefined {
+  const raw = env.HEALTH_PORT?.trim();
+  if (!raw) return undefined;
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`HEALTH_PORT: must be a port number (got "${raw}")`);
+  return port;
+}

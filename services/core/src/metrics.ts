@@ -1,0 +1,229 @@
+// Prometheus metrics (prom-client). One Metrics object — with its own Registry, never the global
+// default one — per process, created at start and passed to whatever records into it; the gateway
+// serves it at GET /metrics, other processes on their health port (startHealthServer). Several can live in one process
+// (tests start several servers).
+//
+// Two kinds of metrics:
+// - counters/histograms recorded where things happen (HTTP requests, webhook attempts);
+// - gauges read from the database at scrape time (queue depth, send items, session states,
+//   deliveries, stored media bytes) and from the bus (consumer lag). The database is the record in
+//   both deployments, so these are right whichever process serves them; when several replicas
+//   serve them, aggregate with max() rather than sum().
+// Label values are bounded: routes are templates, statuses and states are enums; no per-message or
+// per-destination labels.
+import type { Knex } from 'knex';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Bus } from './bus/types.ts';
+
+export interface MetricsOptions {
+  /** Source of the scrape-time gauges; without it they are left out. */
+  db?: Knex;
+  /** Source of consumer lag; without it that gauge is left out. */
+  bus?: Bus;
+  /** Process metrics (CPU, memory, event loop) prefixed `switchboard_` (switchboard_process_*, switchboard_nodejs_*) (default true). */
+  processMetrics?: boolean;
+  /** Minimum time between two database reads for the gauges (several scrapers share one read). */
+  gaugeRefreshMs?: number;
+}
+
+type HttpLabels = 'method' | 'route' | 'status';
+type AttemptLabels = 'outcome';
+
+export interface Metrics {
+  readonly registry: Registry;
+  readonly httpRequests: Counter<HttpLabels>;
+  readonly httpDuration: Histogram<HttpLabels>;
+  /** Webhook attempts by outcome: `delivered`, `failed` (HTTP error, network, refused destination). */
+  readonly webhookAttempts: Counter<AttemptLabels>;
+  readonly webhookAttemptDuration: Histogram<AttemptLabels>;
+  /** Deliveries whose last attempt failed (status `exhausted`), counted when it happens. */
+  readonly webhookExhausted: Counter;
+  /** Open circuit breakers of this dispatcher (set through trackBreakers). */
+  readonly webhookBreakersOpen: Gauge;
+  /** Registers how to count this process's open breakers at scrape time. */
+  trackBreakers(countOpen: () => number): void;
+  /** Prometheus text exposition of everything. */
+  render(): Promise<string>;
+  readonly contentType: string;
+}
+
+/** Instance states (DESIGN §5); gauges report each, zero included, so series never vanish. */
+const INSTANCE_STATES = ['stopped', 'starting', 'awaiting_scan', 'connected', 'reconnecting', 'logged_out'];
+const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'filtered', 'no_destination', 'cancelled'];
+
+export function createMetrics(opts: MetricsOptions = {}): Metrics {
+  const registry = new Registry();
+  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'switchboard_' });
+  const registers = [registry];
+
+  const httpRequests = new Counter({ name: 'switchboard_http_requests_total', help: 'HTTP requests by method, route template and status', labelNames: ['method', 'route', 'status'] as const, registers });
+  const httpDuration = new Histogram({
+    name: 'switchboard_http_request_duration_seconds',
+    help: 'HTTP request latency by method, route template and status',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers,
+  });
+  const webhookAttempts = new Counter({ name: 'switchboard_webhook_attempts_total', help: 'Webhook delivery attempts by outcome', labelNames: ['outcome'] as const, registers });
+  const webhookAttemptDuration = new Histogram({
+    name: 'switchboard_webhook_attempt_duration_seconds',
+    help: 'Webhook attempt latency (connect to response) by outcome',
+    labelNames: ['outcome'] as const,
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15],
+    registers,
+  });
+  const webhookExhausted = new Counter({ name: 'switchboard_webhook_exhausted_total', help: 'Deliveries that failed their last attempt (status exhausted)', registers });
+  const breakerCounters: (() => number)[] = [];
+  const webhookBreakersOpen = new Gauge({
+    name: 'switchboard_webhook_circuit_breakers_open',
+    help: 'Webhook destinations whose circuit breaker is open in this dispatcher',
+    registers,
+    collect() {
+      this.set(breakerCounters.reduce((sum, count) => sum + count(), 0));
+    },
+  });
+
+  if (opts.db) registerDatabaseGauges(registry, opts.db, opts.gaugeRefreshMs ?? 1000);
+  if (opts.bus) registerBusLag(registry, opts.bus, opts.db);
+
+  return {
+    registry,
+    httpRequests,
+    httpDuration,
+    webhookAttempts,
+    webhookAttemptDuration,
+    webhookExhausted,
+    webhookBreakersOpen,
+    trackBreakers: (countOpen) => void breakerCounters.push(countOpen),
+    render: () => registry.metrics(),
+    contentType: registry.contentType,
+  };
+}
+
+interface DatabaseSnapshot {
+  queueDepth: Map<string, number>;
+  oldestQueuedSeconds: Map<string, number>;
+  sendItems: { status: string; instanceState: string; count: number }[];
+  sessions: Map<string, number>;
+  deliveries: Map<string, number>;
+  mediaBytes: Map<string, number>;
+}
+
+/** Gauges read from the database; one read serves all of them (and scrapes within refreshMs). */
+function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number): void {
+  let cached: { at: number; snapshot: Promise<DatabaseSnapshot> } | undefined;
+  const snapshot = (): Promise<DatabaseSnapshot> => {
+    if (!cached || Date.now() - cached.at > refreshMs) {
+      cached = { at: Date.now(), snapshot: readSnapshot(db) };
+      cached.snapshot.catch(() => (cached = undefined)); // a failed read is retried on the next scrape
+    }
+    return cached.snapshot;
+  };
+  const registers = [registry];
+  new Gauge({
+    name: 'switchboard_send_queue_depth',
+    help: 'Queued send items by the state of their instance',
+    labelNames: ['instance_state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const state of INSTANCE_STATES) this.set({ instance_state: state }, s.queueDepth.get(state) ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'switchboard_send_queue_oldest_age_seconds',
+    help: 'Age of the oldest queued send item by the state of its instance (0 when none)',
+    labelNames: ['instance_state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const state of INSTANCE_STATES) this.set({ instance_state: state }, s.oldestQueuedSeconds.get(state) ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'switchboard_send_items',
+    help: 'Send items in the database by status (outcome) and the state of their instance',
+    labelNames: ['status', 'instance_state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      this.reset();
+      for (const row of s.sendItems) this.set({ status: row.status, instance_state: row.instanceState }, row.count);
+    },
+  });
+  new Gauge({
+    name: 'switchboard_sessions',
+    help: 'Instances (sessions) by state',
+    labelNames: ['state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const state of INSTANCE_STATES) this.set({ state }, s.sessions.get(state) ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'switchboard_webhook_deliveries',
+    help: 'Webhook deliveries by status (exhausted: all attempts failed)',
+    labelNames: ['status'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const status of DELIVERY_STATUSES) this.set({ status }, s.deliveries.get(status) ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'switchboard_media_stored_bytes',
+    help: 'Bytes of stored media by direction',
+    labelNames: ['direction'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const direction of ['inbound', 'outbound']) this.set({ direction }, s.mediaBytes.get(direction) ?? 0);
+    },
+  });
+}
+
+async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
+  const queued = await db('send_items as s')
+    .join('instances as i', 'i.id', 's.instance_id')
+    .where('s.status', 'queued')
+    .groupBy('i.state')
+    .select('i.state as state', db.raw('count(*) as count'), db.raw('min(s.created_at) as oldest'));
+  const items = await db('send_items as s')
+    .join('instances as i', 'i.id', 's.instance_id')
+    .groupBy('s.status', 'i.state')
+    .select('s.status as status', 'i.state as state', db.raw('count(*) as count'));
+  const sessions = await db('instances').groupBy('state').select('state', db.raw('count(*) as count'));
+  const deliveries = await db('deliveries').groupBy('status').select('status', db.raw('count(*) as count'));
+  const media = await db('media').groupBy('direction').select('direction', db.raw('coalesce(sum(size), 0) as bytes'));
+  const now = Date.now();
+  return {
+    queueDepth: new Map(queued.map((r: any) => [r.state, Number(r.count)])),
+    oldestQueuedSeconds: new Map(queued.map((r: any) => [r.state, Math.max(0, (now - new Date(r.oldest).getTime()) / 1000)])),
+    sendItems: items.map((r: any) => ({ status: r.status, instanceState: r.state, count: Number(r.count) })),
+    sessions: new Map(sessions.map((r: any) => [r.state, Number(r.count)])),
+    deliveries: new Map(deliveries.map((r: any) => [r.status, Number(r.count)])),
+    mediaBytes: new Map(media.map((r: any) => [r.direction, Number(r.bytes)])),
+  };
+}
+
+/** Most instances whose command consumers are asked for their lag in one scrape. */
+const MAX_LAG_INSTANCES = 500;
+
+/** Messages not yet acknowledged: the dispatcher's event consumer, and the sum of the per-instance
+ *  command consumers (session-<id>, one per instance; summed to keep one series). */
+function registerBusLag(registry: Registry, bus: Bus, db: Knex | undefined): void {
+  new Gauge({
+    name: 'switchboard_bus_consumer_lag',
+    help: 'Messages not yet acknowledged by the consumers of a stream',
+    labelNames: ['stream'] as const,
+    registers: [registry],
+    async collect() {
+      this.set({ stream: 'events' }, await bus.pending('events', 'dispatcher').catch(() => 0));
+      if (!db) return;
+      const instances = await db('instances').select('id').limit(MAX_LAG_INSTANCES).catch(() => [] as { id: string }[]);
+      const lags = await Promise.all(instances.map((i: { id: string }) => bus.pending('commands', `session-${i.id}`).catch(() => 0)));
+      this.set({ stream: 'commands' }, lags.reduce((a, b) => a + b, 0));
+    },
+  });
+}

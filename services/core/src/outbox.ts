@@ -1,0 +1,147 @@
+// Transactional outbox: a row written in the same transaction as the record it announces, then
+// published to the bus by the relay. A crash between commit and publish only delays the message:
+// the relay's periodic sweep republishes it, and Nats-Msg-Id dedup drops repeats.
+import type { Knex } from 'knex';
+import type { Bus } from './bus/types.ts';
+import type { Logger } from './logger.ts';
+import { inSpan, outsideTrace, SpanKind } from './telemetry/spans.ts';
+
+export interface OutboxMessage {
+  subject: string;
+  msgId: string;
+  payload: string;
+  headers?: Record<string, string>;
+}
+
+export async function enqueueOutbox(trx: Knex | Knex.Transaction, msg: OutboxMessage): Promise<void> {
+  const row = outboxRow(msg);
+  await trx('outbox').insert({ subject: row.subject, msg_id: row.msgId, payload: row.payload, headers: row.headers });
+}
+
+/**
+ * Runs `insert` (an INSERT … RETURNING) and, if it returned a row, enqueues `msg` — in ONE
+ * statement, so the row and its announcement commit together with a single round trip.
+ * Returns whether the insert returned a row.
+ */
+export async function insertAndEnqueueOutbox(db: Knex | Knex.Transaction, insert: Knex.QueryBuilder, msg: OutboxMessage): Promise<boolean> {
+  const inserted = insert.toSQL();
+  const row = outboxRow(msg);
+  const result = await db.raw(
+    `with inserted as (${inserted.sql}),
+     announced as (insert into outbox (subject, msg_id, payload, headers) select ?, ?, ?, ?::jsonb where exists (select 1 from inserted) returning seq)
+     select count(*)::int as inserted from inserted`,
+    [...inserted.bindings, row.subject, row.msgId, row.payload, row.headers],
+  );
+  return (result.rows[0] as { inserted: number }).inserted > 0;
+}
+
+/** The outbox columns of a message (headers as JSON text), for statements that insert the row themselves. */
+export function outboxRow(msg: OutboxMessage): { subject: string; msgId: string; payload: string; headers: string } {
+  return { subject: msg.subject, msgId: msg.msgId, payload: msg.payload, headers: JSON.stringify(msg.headers ?? {}) };
+}
+
+interface OutboxRow {
+  seq: number;
+  subject: string;
+  msg_id: string;
+  payload: string;
+  headers: string | Record<string, string> | null;
+}
+
+/**
+ * The rows that may be deleted after a window: per subject, those before the subject's first
+ * failed publish. A later row of that subject stays even if it was acknowledged: it is published
+ * again after the failed one (the bus drops the repeat by its msgId), so no message of a subject
+ * is ever lost behind an earlier one that was not delivered.
+ */
+export function publishedInOrder(rows: { seq: number; subject: string }[], outcomes: PromiseSettledResult<unknown>[]): number[] {
+  const blocked = new Set<string>();
+  const done: number[] = [];
+  rows.forEach((row, i) => {
+    if (outcomes[i].status === 'rejected') blocked.add(row.subject);
+    else if (!blocked.has(row.subject)) done.push(row.seq);
+  });
+  return done;
+}
+
+export class OutboxRelay {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = false;
+
+  constructor(
+    private readonly db: Knex,
+    private readonly bus: Bus,
+    private readonly log: Logger,
+    private readonly sweepIntervalMs = 1000,
+    private readonly batchSize = 200,
+  ) {}
+
+  start(): void {
+    this.stopped = false;
+    this.timer = setInterval(() => this.kick(), this.sweepIntervalMs);
+    this.timer.unref();
+    this.kick();
+  }
+
+  /** Publishes whatever is waiting, soon. Calls made while a flush runs coalesce into one more. */
+  kick(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    // Outside the kicking request's trace: each row's span joins the trace stored with the row.
+    this.running = outsideTrace(() => this.drain())
+      .catch((err) => this.log.warn({ err: String(err) }, 'outbox relay: publish failed, will retry'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  /** Resolves once everything enqueued before the call has been published (tests, shutdown). */
+  async flush(): Promise<void> {
+    while (this.running) await this.running;
+    await this.drain();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    while (this.running) await this.running.catch(() => undefined);
+  }
+
+  private async drain(): Promise<void> {
+    for (;;) {
+      const published = await this.publishBatch();
+      if (published < this.batchSize) return;
+    }
+  }
+
+  private publishRow(row: OutboxRow): Promise<void> {
+    const headers = typeof row.headers === 'string' ? JSON.parse(row.headers) : row.headers;
+    return inSpan('outbox relay', { kind: SpanKind.INTERNAL, parent: headers?.traceparent ?? null, attributes: { 'messaging.destination.name': row.subject } }, () =>
+      this.bus.publish(row.subject, Buffer.from(row.payload, 'utf8'), { msgId: row.msg_id, headers }),
+    );
+  }
+
+  private async publishBatch(): Promise<number> {
+    return this.db.transaction(async (trx) => {
+      const rows = await trx('outbox').orderBy('seq').limit(this.batchSize).forUpdate().skipLocked();
+      if (!rows.length) return 0;
+      // The whole batch is published at once (a window), in seq order, so one connection carries
+      // each subject's messages in order; then the acks are awaited together.
+      const outcomes = await Promise.allSettled(rows.map((row) => this.publishRow(row)));
+      const done = publishedInOrder(rows, outcomes);
+      if (done.length) await trx('outbox').whereIn('seq', done).delete();
+      const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+      if (failed) throw failed.reason;
+      return rows.length;
+    });
+  }
+}

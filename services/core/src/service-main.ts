@@ -1,0 +1,39 @@
+// The life cycle every Switchboard process shares: start, then stop once on SIGTERM/SIGINT.
+// A bad configuration exits 2 with one line per problem; any other start failure exits 1 with
+// one line saying what failed (never a stack trace on the console of an operator).
+import { ConfigError } from './config.ts';
+
+/** `start` returns the function that stops what it started. */
+export function runService(name: string, start: () => Promise<() => Promise<void>>, opts: { stopTimeoutMs?: number } = {}): void {
+  start().then(
+    (stop) => {
+      let stopping = false;
+      const onSignal = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        const force = setTimeout(() => {
+          console.error(`${name}: stop after ${signal} took too long; exiting`);
+          process.exit(1);
+        }, opts.stopTimeoutMs ?? 20_000);
+        force.unref();
+        stop().then(
+          () => process.exit(0),
+          (err) => {
+            console.error(`${name}: stop after ${signal} failed: ${err instanceof Error ? err.message : String(err)}`);
+            process.exit(1);
+          },
+        );
+      };
+      process.on('SIGTERM', () => onSignal('SIGTERM'));
+      process.on('SIGINT', () => onSignal('SIGINT'));
+    },
+    (err) => {
+      if (err instanceof ConfigError) {
+        for (const line of err.problems) console.error(`configuration error: ${line}`);
+        process.exit(2);
+      }
+      console.error(`${name} failed to start: ${err instanceof Error ? err.message : String(err)}`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,112 @@
+// Starting OpenTelemetry in a Switchboard process. Configuration is only the standard OTEL_*
+// variables: with neither OTEL_EXPORTER_OTLP_ENDPOINT nor OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set
+// (or with OTEL_SDK_DISABLED=true) nothing is started and every span is a no-op. The exporter
+// follows OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_PROTOCOL (OTLP over HTTP by default).
+// Tests pass their own exporter (an InMemorySpanExporter) instead.
+import { NodeSDK } from '@opentelemetry/sdk-node';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { SimpleSpanProcessor, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
+import type { Instrumentation } from '@opentelemetry/instrumentation';
+
+export interface TelemetryOptions {
+  /** service.name (OTEL_SERVICE_NAME wins when set, as the standard says). */
+  serviceName: string;
+  serviceVersion?: string;
+  /** The instance a session process serves (resource attribute `switchboard.instance_id`). */
+  instanceId?: string;
+  /** Tests: export every span here, synchronously, whatever the environment says. */
+  spanExporter?: SpanExporter;
+  /** Auto-instrumentation of http, koa, pg and undici (default true). */
+  autoInstrument?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+export interface Telemetry {
+  /** False when no endpoint is configured: spans are no-ops. */
+  readonly enabled: boolean;
+  /** Flushes pending spans and unregisters the SDK. */
+  shutdown(): Promise<void>;
+}
+
+const DISABLED: Telemetry = { enabled: false, shutdown: async () => undefined };
+
+export function telemetryConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
+  if ((env.OTEL_SDK_DISABLED ?? '').trim().toLowerCase() === 'true') return false;
+  return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
+}
+
+export async function startTelemetry(opts: TelemetryOptions): Promise<Telemetry> {
+  const env = opts.env ?? process.env;
+  if (!opts.spanExporter && !telemetryConfigured(env)) return DISABLED;
+  const instrumentations = opts.autoInstrument === false ? [] : await autoInstrumentations();
+  const sdk = new NodeSDK({
+    serviceName: env.OTEL_SERVICE_NAME?.trim() || opts.serviceName,
+    resource: resourceFromAttributes({
+      [ATTR_SERVICE_NAME]: opts.serviceName,
+      [ATTR_SERVICE_VERSION]: opts.serviceVersion ?? env.npm_package_version ?? '0.0.0',
+      ...(opts.instanceId ? { 'switchboard.instance_id': opts.instanceId } : {}),
+    }),
+    // Environment resource attributes (OTEL_RESOURCE_ATTRIBUTES) and the host/process basics;
+    // cloud detectors are left out (they probe metadata servers at start).
+    resourceDetectors: await basicDetectors(),
+    // undefined → NodeSDK builds the exporter from the OTEL_* variables.
+    ...(opts.spanExporter ? { spanProcessors: [new SimpleSpanProcessor(opts.spanExporter)] } : {}),
+    // Only traces: no metric readers (Prometheus is served by prom-client) and no log exporter.
+    metricReaders: [],
+    logRecordProcessors: [],
+    instrumentations,
+  });
+  sdk.start();
+  let stopped = false;
+  return {
+    enabled: true,
+    async shutdown() {
+      if (stopped) return;
+      stopped = true;
+      await sdk.shutdown();
+      for (const instrumentation of instrumentations) instrumentation.disable(); // unpatch pg, undici…
+      const api = await import('@opentelemetry/api');
+      // Unregister so that a later start (another test) can register again.
+      api.trace.disable();
+      api.context.disable();
+      api.propagation.disable();
+    },
+  };
+}
+
+async function basicDetectors() {
+  const { envDetector, hostDetector, processDetector } = await import('@opentelemetry/resources');
+  return [envDetector, hostDetector, processDetector];
+}
+
+/** http (server and client), koa, pg and undici. Of the bundle's other instrumentations, those
+ *  for modules this project loads are switched off: they would only add noise (fs, dns, net,
+ *  knex duplicating pg, pino — trace ids come from our own logger mixin). */
+async function autoInstrumentations(): Promise<Instrumentation[]> {
+  const { getNodeAutoInstrumentations } = await import('@opentelemetry/auto-instrumentations-node');
+  const off = { enabled: false };
+  return getNodeAutoInstrumentations({
+    '@opentelemetry/instrumentation-http': {
+      // The OTLP exporter's own requests would otherwise be traced too.
+      ignoreOutgoingRequestHook: (req) => String(req.path ?? '').startsWith('/v1/traces'),
+    },
+    '@opentelemetry/instrumentation-pg': { enhancedDatabaseReporting: false },
+    // A webhook attempt is already our own CLIENT span and sets the traceparent the receiver sees;
+    // a second (undici) span would add a second traceparent header to the signed request.
+    '@opentelemetry/instrumentation-undici': { ignoreRequestHook: (req) => hasHeader(req.headers, 'x-service-signature') },
+    '@opentelemetry/instrumentation-fs': off,
+    '@opentelemetry/instrumentation-dns': off,
+    '@opentelemetry/instrumentation-net': off,
+    '@opentelemetry/instrumentation-knex': off,
+    '@opentelemetry/instrumentation-pino': off,
+    '@opentelemetry/instrumentation-generic-pool': off,
+    '@opentelemetry/instrumentation-runtime-node': off,
+  });
+}
+
+/** Whether undici's request headers (a `name: value\r\n` string in v5, a flat array in v6+) hold `name`. */
+function hasHeader(headers: string | (string | string[])[], name: string): boolean {
+  if (typeof headers === 'string') return headers.toLowerCase().includes(`${name}:`);
+  return headers.some((h, i) => i % 2 === 0 && typeof h === 'string' && h.toLowerCase() === name);
+}

@@ -1,0 +1,249 @@
+// The JetStream bus against the shared contract on the real NATS server, plus what only a real
+// server can do: consumers deleted behind the bus's back, and a NATS restart (kill -9) on a
+// private nats-server so the shared one is never disturbed.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, connect as tcpConnect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { createLogger } from '../src/logger.ts';
+import { JetStreamBus, openBus } from '../src/bus/index.ts';
+import { subjects, type Bus } from '../src/bus/types.ts';
+import { NATS_URL, deleteNamespaceStreams, testNamespace } from '../../../test/support/services.ts';
+import { defineBusContract, waitFor } from './bus-contract.ts';
+
+const log = createLogger({ level: 'silent' });
+const text = (s: string) => new TextEncoder().encode(s);
+const str = (b: Uint8Array) => new TextDecoder().decode(b);
+
+
+const namespace = testNamespace();
+after(() => deleteNamespaceStreams(NATS_URL, namespace));
+
+defineBusContract('jetstream', () => JetStreamBus.open({ natsUrl: NATS_URL, namespace, log }));
+
+describe('JetStreamBus', () => {
+  let bus: Bus;
+  afterEach(async () => {
+    await bus?.close();
+  });
+
+  it('openBus with a NATS URL creates the namespaced streams with their limits', async () => {
+    bus = await openBus({ natsUrl: NATS_URL, namespace, log });
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const commands = await jsm.streams.info(`${namespace.toUpperCase()}_COMMANDS`);
+      assert.deepEqual(commands.config.subjects, [`${namespace}.cmd.>`]);
+      assert.equal(commands.config.retention, 'workqueue');
+      assert.equal(commands.config.storage, 'file');
+      assert.equal(commands.config.duplicate_window, 120e9);
+      assert.equal(commands.config.max_age, 25 * 3600e9);
+      const events = await jsm.streams.info(`${namespace.toUpperCase()}_EVENTS`);
+      assert.deepEqual(events.config.subjects, [`${namespace}.evt.>`]);
+      assert.equal(events.config.retention, 'limits');
+      assert.equal(events.config.max_age, 7 * 24 * 3600e9);
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it('resumes consuming after its consumer is deleted behind its back', async () => {
+    bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace, log, pullExpiresMs: 2000 });
+    const inst = `del${Date.now()}`;
+    const durable = `d-${inst}`;
+    const got: string[] = [];
+    await bus.consume({ stream: 'commands', filter: subjects.command(inst), durable, maxAckPending: 1 }, async (m) => {
+      got.push(str(m.data));
+    });
+    await bus.publish(subjects.command(inst), text('before'));
+    await waitFor(() => got.length === 1, 'the first message');
+
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const jsm = await jetstreamManager(nc);
+      // NATS 2.9 may refuse a delete with "directory not empty" while it flushes the consumer.
+      const deleted = () =>
+        jsm.consumers.delete(`${namespace.toUpperCase()}_COMMANDS`, durable).then(
+          () => true,
+          (err) => /not found/i.test(String(err)),
+        );
+      await waitFor(deleted, 'the consumer deletion', 5_000);
+      await bus.publish(subjects.command(inst), text('after'));
+      await waitFor(() => got.length === 2, 'the message published after the deletion', 15_000);
+      assert.deepEqual(got, ['before', 'after']);
+      const info = await jsm.consumers.info(`${namespace.toUpperCase()}_COMMANDS`, durable);
+      assert.equal(info.config.max_ack_pending, 1, 'the consumer was recreated with its settings');
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it('recreates a deleted stream on publish and resumes consuming', async () => {
+    const ns = testNamespace();
+    try {
+      bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace: ns, log, pullExpiresMs: 2000 });
+      const got: string[] = [];
+      await bus.consume({ stream: 'events', filter: 'evt.>', durable: 'dispatch' }, async (m) => {
+        got.push(str(m.data));
+      });
+      await bus.publish(subjects.event('i1', 'x'), text('e1'), { msgId: 'e1' });
+      await waitFor(() => got.length === 1, 'the first event');
+      await deleteNamespaceStreams(NATS_URL, ns);
+      await bus.publish(subjects.event('i1', 'x'), text('e2'), { msgId: 'e2' });
+      await waitFor(() => got.length === 2, 'the event published after the deletion', 15_000);
+      assert.deepEqual(got, ['e1', 'e2']);
+    } finally {
+      await bus?.close();
+      await deleteNamespaceStreams(NATS_URL, ns);
+    }
+  });
+
+  it('does not redeliver a message whose handler outlives the ack wait but is still running', async () => {
+    bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace, log });
+    const inst = `slow${Date.now()}`;
+    const deliveries: number[] = [];
+    await bus.consume(
+      { stream: 'commands', filter: subjects.command(inst), durable: `d-${inst}`, maxAckPending: 1, ackWaitMs: 400 },
+      async (m) => {
+        deliveries.push(m.deliveryCount);
+        await new Promise((r) => setTimeout(r, 1200));
+      },
+    );
+    await bus.publish(subjects.command(inst), text('slow'));
+    await waitFor(async () => deliveries.length === 1 && (await bus.pending('commands', `d-${inst}`)) === 0, 'the ack');
+    assert.deepEqual(deliveries, [1]);
+  });
+
+  it('rejects Nats- headers, which are reserved', async () => {
+    bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace, log });
+    await assert.rejects(bus.publish(subjects.command('x'), text(''), { headers: { 'Nats-Expected-Stream': 'x' } }), /reserved/);
+  });
+
+  describe('across a NATS restart (private nats-server, kill -9)', function () {
+    this.timeout(60_000);
+    let server: PrivateNats;
+
+    before(async () => {
+      server = await PrivateNats.start();
+    });
+    after(async () => {
+      await server?.destroy();
+    });
+
+    it('loses nothing published or acked, and consumes what is published after the restart', async () => {
+      bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'restart', log, pullExpiresMs: 2000, publishRetryMs: 20_000 });
+      const got: string[] = [];
+      await bus.consume({ stream: 'commands', filter: 'cmd.inst', durable: 'session-inst', maxAckPending: 1 }, async (m) => {
+        got.push(str(m.data));
+      });
+      for (const body of ['1', '2', '3']) await bus.publish('cmd.inst', text(body), { msgId: body });
+      await waitFor(() => got.length === 3, 'three commands');
+      await waitFor(async () => (await bus.pending('commands', 'session-inst')) === 0, 'acks stored');
+      // Events nobody has consumed yet must survive the restart too.
+      for (const body of ['e1', 'e2']) await bus.publish('evt.inst.x', text(body), { msgId: body });
+
+      await server.kill();
+      await server.restart();
+
+      for (const body of ['4', '5', '6']) await bus.publish('cmd.inst', text(body), { msgId: body });
+      await waitFor(() => got.length >= 6, 'the commands published after the restart', 30_000);
+      assert.deepEqual(got, ['1', '2', '3', '4', '5', '6']);
+
+      const events: string[] = [];
+      await bus.consume({ stream: 'events', filter: 'evt.>', durable: 'dispatch' }, async (m) => {
+        events.push(str(m.data));
+      });
+      await waitFor(() => events.length === 2, 'the events stored before the restart');
+      assert.deepEqual(events, ['e1', 'e2']);
+    });
+
+    it('recreates its streams and consumers when NATS comes back with empty storage', async () => {
+      bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'wiped', log, pullExpiresMs: 2000, publishRetryMs: 20_000 });
+      const got: string[] = [];
+      await bus.consume({ stream: 'commands', filter: 'cmd.inst', durable: 'session-inst', maxAckPending: 1 }, async (m) => {
+        got.push(str(m.data));
+      });
+      await bus.publish('cmd.inst', text('before'));
+      await waitFor(() => got.length === 1, 'the first command');
+
+      await server.kill();
+      await server.wipeStorage();
+      await server.restart();
+
+      await bus.publish('cmd.inst', text('after'));
+      await waitFor(() => got.length === 2, 'the command published after the restart', 30_000);
+      assert.deepEqual(got, ['before', 'after']);
+    });
+  });
+});
+
+/** A nats-server of this test alone, on a free port with its own storage directory. */
+class PrivateNats {
+  private proc: ChildProcess | undefined;
+
+  private constructor(
+    readonly port: number,
+    private readonly storeDir: string,
+  ) {}
+
+  get url(): string {
+    return `nats://127.0.0.1:${this.port}`;
+  }
+
+  static async start(): Promise<PrivateNats> {
+    const server = new PrivateNats(await freePort(), await mkdtemp(join(tmpdir(), 'sb-nats-')));
+    await server.restart();
+    return server;
+  }
+
+  async restart(): Promise<void> {
+    this.proc = spawn('/usr/sbin/nats-server', ['-js', '-a', '127.0.0.1', '-p', String(this.port), '-sd', this.storeDir], {
+      stdio: 'ignore',
+    });
+    await waitFor(() => canConnect(this.port), 'nats-server to listen', 10_000);
+  }
+
+  async kill(): Promise<void> {
+    const proc = this.proc;
+    if (!proc || proc.exitCode !== null) return;
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGKILL');
+    await exited;
+  }
+
+  /** Loses everything JetStream stored, as a server on a fresh volume would. */
+  async wipeStorage(): Promise<void> {
+    await rm(this.storeDir, { recursive: true, force: true });
+  }
+
+  async destroy(): Promise<void> {
+    await this.kill();
+    await rm(this.storeDir, { recursive: true, force: true });
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = tcpConnect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}

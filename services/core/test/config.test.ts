@@ -1,0 +1,71 @@
+// Configuration: defaults, every variable validated, and one clear line per bad variable.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { ConfigError, loadConfig } from '../src/config.ts';
+
+describe('configuration', () => {
+  it('has the documented defaults', () => {
+    const c = loadConfig({});
+    assert.equal(c.port, 8080);
+    assert.equal(c.host, '0.0.0.0');
+    assert.equal(c.publicBaseUrl, 'http://localhost:8080');
+    assert.equal(c.dataDir, './data');
+    assert.equal(c.networkDriver, 'baileys');
+    assert.deepEqual(c.webhookRetrySchedule, [0, 5000, 300000, 1800000, 7200000, 18000000, 36000000, 36000000]);
+    assert.equal(c.webhookAllowPrivateTargets, false);
+    assert.equal(c.rateLimitPerMinute, 300);
+    assert.equal(c.trustProxy, false);
+    assert.deepEqual(c.allowedOrigins, []);
+    assert.equal(c.sendExpiryMs, 86_400_000);
+    assert.equal(c.pairingCodeIntervalMs, 60_000);
+    assert.equal(c.mediaLinkTtlSeconds, 3600);
+    assert.equal(c.sandboxReceiptDelayMs, 50);
+    assert.equal(c.databaseUrl, undefined);
+    assert.equal(c.natsUrl, undefined);
+  });
+
+  it('reads every variable', () => {
+    const key = Buffer.alloc(32, 1).toString('base64');
+    const c = loadConfig({
+      PORT: '9000',
+      PUBLIC_BASE_URL: 'https://api.example.com/',
+      ADMIN_API_KEY: 'a-long-enough-admin-key',
+      DATABASE_URL: 'postgres://u@db/x',
+      NATS_URL: 'nats://nats:4222',
+      NETWORK_DRIVER: 'sandbox',
+      ENCRYPTION_KEY: key,
+      WEBHOOK_RETRY_SCHEDULE: '0,1,2,3,4,5,6,7',
+      TRUST_PROXY: 'true',
+      ALLOWED_ORIGINS: 'https://app.example.com, https://admin.example.com/',
+    });
+    assert.equal(c.port, 9000);
+    assert.equal(c.publicBaseUrl, 'https://api.example.com');
+    assert.equal(c.networkDriver, 'sandbox');
+    assert.deepEqual(c.encryptionKey, Buffer.alloc(32, 1));
+    assert.deepEqual(c.webhookRetrySchedule, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(c.allowedOrigins, ['https://app.example.com', 'https://admin.example.com']);
+  });
+
+  it('lists one line per bad variable, naming it', () => {
+    try {
+      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x' });
+      assert.fail('expected a ConfigError');
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      const names = err.problems.map((p) => p.split(':')[0]).sort();
+      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'NETWORK_DRIVER', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
+    }
+  });
+
+  it('makes the server exit non-zero with the bad variable named', function () {
+    this.timeout(30_000);
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/server/src/main.ts'], {
+      env: { ...process.env, PORT: '-1', RATE_LIMIT_PER_MINUTE: 'lots' },
+      encoding: 'utf8',
+      timeout: 25_000,
+    });
+    assert.equal(run.status, 2);
+    assert.match(run.stderr, /configuration error: PORT: /);
+    assert.match(run.stderr, /configuration error: RATE_LIMIT_PER_MINUTE: /);
+  });
+});

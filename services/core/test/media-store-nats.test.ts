@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Objm } from '@nats-io/obj';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
+import { Crypto } from '../src/crypto.ts';
+import { NatsMediaStore, natsMediaBucketName } from '../src/media/nats-store.ts';
+import { openMediaStore } from '../src/media/open.ts';
+import { describeMediaStoreContract } from './media-store-contract.ts';
+
+describeMediaStoreContract('NatsMediaStore', async () => {
+  const namespace = testNamespace();
+  const nc = await connect({ servers: NATS_URL });
+  const store = await NatsMediaStore.open({ natsUrl: NATS_URL, namespace, crypto: new Crypto(randomBytes(32)) });
+  // A second handle on the same bucket, to read and rewrite stored objects behind the store's back.
+  const raw = await new Objm(nc).open(natsMediaBucketName(namespace));
+  return {
+    store,
+    readRaw: async (id) => Buffer.from((await raw.getBlob(id)) ?? Buffer.alloc(0)),
+    writeRaw: async (id, bytes) => {
+      await raw.putBlob({ name: id }, bytes);
+    },
+    cleanup: async () => {
+      await store.destroy();
+      await store.close();
+      await nc.close();
+    },
+  };
+});
+
+describe('NatsMediaStore specifics', function () {
+  this.timeout(20_000);
+  let nc: NatsConnection;
+  const namespace = testNamespace();
+
+  before(async () => {
+    nc = await connect({ servers: NATS_URL });
+  });
+  after(async () => {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(`OBJ_${natsMediaBucketName(namespace)}`).catch(() => undefined);
+    await nc.close();
+  });
+
+  it('openMediaStore with a NATS URL creates the namespace bucket with a 30-day TTL', async () => {
+    const store = await openMediaStore({ natsUrl: NATS_URL, namespace, dataDir: '/nonexistent', crypto: new Crypto(randomBytes(32)) });
+    assert.ok(store instanceof NatsMediaStore);
+    const jsm = await jetstreamManager(nc);
+    const info = await jsm.streams.info(`OBJ_${natsMediaBucketName(namespace)}`);
+    assert.equal(info.config.max_age, 30 * 86_400 * 1_000_000_000);
+    await store.put('med_x', Buffer.from('x'));
+    assert.equal(Buffer.from(await store.get('med_x')).toString(), 'x');
+    await store.close();
+  });
+
+  it('reports a chunk altered in the stream itself (digest mismatch) as MediaIntegrityError', async () => {
+    const store = await NatsMediaStore.open({ nc, namespace, crypto: new Crypto(randomBytes(32)) });
+    await store.put('med_chunk', randomBytes(1000));
+    const bucket = await new Objm(nc).open(natsMediaBucketName(namespace));
+    const info = await bucket.info('med_chunk');
+    assert.ok(info);
+    // Replace the chunk message: remove it and publish altered bytes on the same chunk subject.
+    const jsm = await jetstreamManager(nc);
+    const stream = `OBJ_${natsMediaBucketName(namespace)}`;
+    const subject = `$O.${natsMediaBucketName(namespace)}.C.${info.nuid}`;
+    const chunk = await jsm.streams.getMessage(stream, { last_by_subj: subject });
+    assert.ok(chunk);
+    const altered = Buffer.from(chunk.data);
+    altered[100] ^= 0xff;
+    await jsm.streams.deleteMessage(stream, chunk.seq);
+    const js = jsm.jetstream();
+    await js.publish(subject, altered);
+    await assert.rejects(store.get('med_chunk'), { name: 'MediaIntegrityError' });
+    await store.close(); // does not close a connection it was given
+    assert.equal(nc.isClosed(), false);
+  });
+});

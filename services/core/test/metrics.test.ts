@@ -1,0 +1,121 @@
+// The metrics registry: per-process (two registries never share series), the database gauges read
+// at scrape time from a real PostgreSQL database, bus lag, and the standalone /metrics server.
+import assert from 'node:assert/strict';
+import { createLogger } from '../src/logger.ts';
+import { MemoryBus } from '../src/bus/index.ts';
+import type { Db } from '../src/db/connect.ts';
+import { createMetrics } from '../src/metrics.ts';
+import { startHealthServer } from '../src/health-server.ts';
+import { createServer } from 'node:net';
+import { openTestDatabase } from '../../../test/support/services.ts';
+import { sample } from '../../../test/support/prometheus.ts';
+
+
+describe('metrics', () => {
+  let database: { db: Db; drop(): Promise<void> };
+  let db: Db;
+  before(async () => {
+    database = await openTestDatabase();
+    db = database.db;
+  });
+  after(async () => {
+    await database?.drop();
+  });
+
+  it('keeps one registry per Metrics object', async () => {
+    const a = createMetrics({ processMetrics: false });
+    const b = createMetrics({ processMetrics: false });
+    a.httpRequests.inc({ method: 'GET', route: '/health', status: '200' });
+    a.webhookAttempts.inc({ outcome: 'delivered' });
+    assert.equal(sample(await a.render(), 'switchboard_http_requests_total', { route: '/health', status: '200' }), 1);
+    assert.equal(sample(await b.render(), 'switchboard_http_requests_total', { route: '/health' }), undefined);
+    assert.equal(sample(await a.render(), 'switchboard_webhook_attempts_total', { outcome: 'delivered' }), 1);
+  });
+
+  it('reads queue depth, send outcomes, sessions, deliveries and media bytes from the database', async () => {
+    const metrics = createMetrics({ db, processMetrics: false, gaugeRefreshMs: 0 });
+    const before = await metrics.render();
+    assert.equal(sample(before, 'switchboard_send_queue_depth', { instance_state: 'connected' }), 0);
+    assert.equal(sample(before, 'switchboard_sessions', { state: 'connected' }), 0);
+
+    await db('instances').insert([
+      { id: 'inst-a', name: 'a', state: 'connected', token_hash: 'a'.repeat(64), token_sealed: 's' },
+      { id: 'inst-b', name: 'b', state: 'reconnecting', token_hash: 'b'.repeat(64), token_sealed: 's' },
+    ]);
+    const item = (id: string, instance: string, status: string, createdAt = new Date()) => ({
+      id, instance_id: instance, messenger_id: id, phone: '5511999990000', type: 'text', payload: '{}', status, expires_at: new Date(Date.now() + 3600_000), created_at: createdAt,
+    });
+    await db('send_items').insert([
+      item('m1', 'inst-a', 'queued', new Date(Date.now() - 120_000)),
+      item('m2', 'inst-a', 'sent'),
+      item('m3', 'inst-b', 'queued'),
+      item('m4', 'inst-b', 'queued'),
+      item('m5', 'inst-b', 'failed'),
+    ]);
+    await db('events').insert({ id: 'evt-1', instance_id: 'inst-a', type: 'message.sent', body: '{}' });
+    await db('deliveries').insert({ event_id: 'evt-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 });
+    await db('media').insert({ id: 'med-1', instance_id: 'inst-a', direction: 'inbound', mimetype: 'image/png', size: 1234 });
+
+    const text = await metrics.render();
+    assert.equal(sample(text, 'switchboard_send_queue_depth', { instance_state: 'connected' }), 1);
+    assert.equal(sample(text, 'switchboard_send_queue_depth', { instance_state: 'reconnecting' }), 2);
+    assert.ok(sample(text, 'switchboard_send_queue_oldest_age_seconds', { instance_state: 'connected' })! >= 119);
+    assert.equal(sample(text, 'switchboard_send_items', { status: 'sent', instance_state: 'connected' }), 1);
+    assert.equal(sample(text, 'switchboard_send_items', { status: 'failed', instance_state: 'reconnecting' }), 1);
+    assert.equal(sample(text, 'switchboard_sessions', { state: 'connected' }), 1);
+    assert.equal(sample(text, 'switchboard_sessions', { state: 'reconnecting' }), 1);
+    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }), 1);
+    assert.equal(sample(text, 'switchboard_media_stored_bytes', { direction: 'inbound' }), 1234);
+  });
+
+  it('reports bus consumer lag and open breakers', async () => {
+    const bus = new MemoryBus({ log: createLogger({ level: 'silent' }) });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    try {
+      const metrics = createMetrics({ db, bus, processMetrics: false, gaugeRefreshMs: 0 });
+      let open = 2;
+      metrics.trackBreakers(() => open);
+      const sub = await bus.consume({ stream: 'events', filter: 'evt.>', durable: 'dispatcher', maxAckPending: 1 }, () => held);
+      await bus.publish('evt.inst-a.message.sent', new Uint8Array(), { msgId: 'e1' });
+      await bus.publish('evt.inst-a.message.sent', new Uint8Array(), { msgId: 'e2' });
+      await bus.publish('cmd.inst-b', new Uint8Array(), { msgId: 'c1' });
+      const subB = await bus.consume({ stream: 'commands', filter: 'cmd.inst-b', durable: 'session-inst-b' }, () => held);
+      const text = await metrics.render();
+      assert.equal(sample(text, 'switchboard_bus_consumer_lag', { stream: 'events' }), 2);
+      assert.equal(sample(text, 'switchboard_bus_consumer_lag', { stream: 'commands' }), 1);
+      assert.equal(sample(text, 'switchboard_webhook_circuit_breakers_open'), 2);
+      open = 0;
+      assert.equal(sample(await metrics.render(), 'switchboard_webhook_circuit_breakers_open'), 0);
+      void sub;
+      void subB;
+    } finally {
+      release();
+      await bus.close().catch(() => undefined);
+    }
+  });
+
+  it('serves /metrics on the health port of worker processes', async () => {
+    const metrics = createMetrics();
+    metrics.webhookExhausted.inc();
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const p = (probe.address() as { port: number }).port;
+        probe.close(() => resolve(p));
+      });
+    });
+    const server = startHealthServer(port, async () => undefined, metrics);
+    try {
+      await new Promise((r) => setTimeout(r, 50));
+      const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get('content-type') ?? '', /text\/plain/);
+      const text = await res.text();
+      assert.equal(sample(text, 'switchboard_webhook_exhausted_total'), 1);
+      assert.ok(sample(text, 'switchboard_process_resident_memory_bytes')! > 0);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/health`)).status, 200);
+    } finally {
+      await server.close();
+    }
+  });
+});

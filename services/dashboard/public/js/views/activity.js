@@ -1,0 +1,147 @@
+// Activity tab: a quick send form, then recent sends with their status, incoming messages and
+// events with their webhook delivery result (exhausted ones can be retried). Refreshed every few
+// seconds; a table is redrawn only when its data changed, so keyboard focus is not lost.
+import { path } from '../api.js';
+import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren, submitting, table, withButton } from '../dom.js';
+import { startPolling } from '../poller.js';
+
+const REFRESH_MS = 2500;
+
+export function render(container, { api, instance }) {
+  const id = instance.id;
+  const sections = {
+    sends: section('sends-title', 'Recent sends', 'The last 50 messages sent through the API, newest first.'),
+    incoming: section('incoming-title', 'Incoming messages', 'The last 50 messages received, including the ones sent from the instance’s own phone.'),
+    events: section('events-title', 'Events', 'The last 50 events and the result of their webhook delivery.'),
+  };
+  const lastShown = {};
+
+  const sendForm = form(
+    { class: 'inline', onsubmit: (event) => send(event) },
+    field({ label: 'To', name: 'phone', type: 'tel', hint: 'Digits with country code, or a group id', attrs: { autocomplete: 'off', spellcheck: 'false' } }),
+    field({ label: 'Text', name: 'text', attrs: { autocomplete: 'off', maxlength: '16000' } }),
+    h('button', { type: 'submit' }, 'Send text'),
+  );
+
+  container.append(
+    h('div', { class: 'stack' }, h('section', { class: 'card', 'aria-labelledby': 'send-title' }, h('h2', { id: 'send-title' }, 'Send a text message'), sendForm), sections.sends.el, sections.incoming.el, sections.events.el),
+  );
+
+  async function load() {
+    const [sends, incoming, events] = await Promise.all([
+      api.get(path`/api/instances/${id}/messages`),
+      api.get(path`/api/instances/${id}/incoming`),
+      api.get(path`/api/instances/${id}/events`),
+    ]);
+    show('sends', sends.data, sendsTable);
+    show('incoming', incoming.data, incomingTable);
+    show('events', events.data, eventsTable);
+  }
+
+  function show(name, rows, draw) {
+    const fingerprint = JSON.stringify(rows);
+    if (lastShown[name] === fingerprint) return;
+    lastShown[name] = fingerprint;
+    const hadFocus = sections[name].body.contains(document.activeElement) ? document.activeElement.dataset.focusKey : undefined;
+    replaceChildren(sections[name].body, draw(rows));
+    if (hadFocus) sections[name].body.querySelector(`[data-focus-key="${CSS.escape(hadFocus)}"]`)?.focus();
+  }
+
+  function sendsTable(rows) {
+    if (!rows.length) return emptyState('Nothing sent yet.', 'Messages sent through the API appear here with their progress.');
+    return table({
+      caption: 'Recent sends',
+      columns: [
+        { label: 'Created', cell: (m) => formatDate(m.createdAt) },
+        { label: 'To', cell: (m) => m.phone },
+        { label: 'Type', cell: (m) => m.type },
+        { label: 'Status', cell: (m) => badge(m.status) },
+        { label: 'Details', wrap: true, cell: (m) => (m.error ? `${m.error.code}: ${m.error.message}` : h('code', { title: 'Local id' }, m.id)) },
+      ],
+      rows: rows.map((m) => ({ data: m, attrs: { 'data-message-id': m.id } })),
+    });
+  }
+
+  function incomingTable(rows) {
+    if (!rows.length) return emptyState('No incoming messages yet.', 'Messages arrive once the instance is connected.');
+    return table({
+      caption: 'Incoming messages',
+      columns: [
+        { label: 'Received', cell: (m) => formatDate(m.createdAt) },
+        { label: 'From', cell: (m) => (m.fromMe ? (m.fromApi ? 'This instance (API)' : 'This instance (phone)') : [m.name, m.phone ?? m.from].filter(Boolean).join(' · ')) },
+        { label: 'Type', cell: (m) => m.type },
+        { label: 'Content', wrap: true, cell: (m) => [m.text ?? '', mediaCell(m.media)] },
+      ],
+      rows: rows.map((m) => ({ data: m, attrs: { 'data-incoming-id': m.id } })),
+    });
+  }
+
+  function eventsTable(rows) {
+    if (!rows.length) return emptyState('No events yet.', 'Connection changes, messages and test events are listed here.');
+    return table({
+      caption: 'Events',
+      columns: [
+        { label: 'Created', cell: (e) => formatDate(e.createdAt) },
+        { label: 'Type', cell: (e) => h('code', {}, e.type) },
+        { label: 'Delivery', cell: (e) => (e.delivery ? badge(e.delivery.status) : badge('not_routed')) },
+        { label: 'Attempts', cell: (e) => String(e.delivery?.attempts ?? 0) },
+        { label: 'Last result', wrap: true, cell: (e) => lastResult(e.delivery) },
+        { label: 'Actions', cell: (e) => (e.delivery?.status === 'exhausted' ? retryButton(e) : '—') },
+      ],
+      rows: rows.map((e) => ({ data: e, attrs: { 'data-event-id': e.id } })),
+    });
+  }
+
+  function retryButton(event) {
+    const button = h('button', { type: 'button', class: 'secondary small', 'data-focus-key': `retry-${event.id}`, onclick: () => retry(button, event) }, 'Retry', h('span', { class: 'visually-hidden' }, ` delivery of ${event.type}`));
+    return button;
+  }
+
+  async function retry(button, event) {
+    await withButton(button, async () => {
+      await api.post(path`/api/instances/${id}/events/${event.id}/retry`);
+      notify(`Delivery of ${event.type} restarted.`);
+      await load();
+    });
+  }
+
+  async function send(event) {
+    event.preventDefault();
+    const data = new FormData(sendForm);
+    const body = { phone: String(data.get('phone')).trim(), type: 'text', text: String(data.get('text')) };
+    // One key per submission: a network retry of this request cannot queue the message twice.
+    const headers = { 'idempotency-key': crypto.randomUUID() };
+    const accepted = await submitting(sendForm, () => api.post(path`/api/instances/${id}/messages`, body, { headers }));
+    if (!accepted) return;
+    sendForm.elements.namedItem('text').value = '';
+    notify('Message queued. Its status updates below.');
+    await load();
+  }
+
+  load().catch((error) => replaceChildren(sections.sends.body, h('p', { class: 'form-error', role: 'alert' }, error.detail)));
+  const poller = startPolling(load, REFRESH_MS);
+  return { dispose: poller.stop };
+}
+
+function section(titleId, title, description) {
+  const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
+  const el = h('section', { class: 'card', 'aria-labelledby': titleId }, h('h2', { id: titleId }, title), h('p', { class: 'muted small' }, description), body);
+  return { el, body };
+}
+
+function lastResult(delivery) {
+  if (!delivery) return '—';
+  const parts = [];
+  if (delivery.lastStatusCode) parts.push(`HTTP ${delivery.lastStatusCode}`);
+  if (delivery.lastError) parts.push(delivery.lastError);
+  if (delivery.deliveredAt) parts.push(`delivered ${formatDate(delivery.deliveredAt)}`);
+  else if (delivery.nextAttemptAt && delivery.status !== 'exhausted') parts.push(`next try ${formatDate(delivery.nextAttemptAt)}`);
+  return parts.join(' · ') || '—';
+}
+
+/** Media links are signed and expire; they open in a new tab without sending a referrer. */
+function mediaCell(media) {
+  if (!media) return null;
+  if (!media.url) return h('span', { class: 'muted' }, ` [${media.mimetype ?? 'media'} unavailable${media.error ? `: ${media.error}` : ''}]`);
+  return h('span', {}, ' ', h('a', { href: media.url, target: '_blank', rel: 'noopener noreferrer' }, `Download ${media.fileName ?? media.mimetype ?? 'file'}`));
+}

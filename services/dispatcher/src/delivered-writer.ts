@@ -1,0 +1,26 @@
+// Records successful attempts, many per statement (group commit, see GroupWriter). Each row stays
+// fenced on its own lease (recordDeliveredBatch), so batching changes no guarantee, only the
+// number of round trips.
+import type { Knex } from 'knex';
+import { GroupWriter } from './group-writer.ts';
+import { recordDeliveredBatch, type ClaimedDelivery, type DeliveredAttempt } from './store.ts';
+
+export class DeliveredWriter {
+  private readonly writer: GroupWriter<DeliveredAttempt, boolean>;
+
+  constructor(db: Knex, maxBatch = 500) {
+    this.writer = new GroupWriter(async (batch) => {
+      const recorded = await recordDeliveredBatch(db, batch);
+      return batch.map((a) => recorded.has(a.claim.eventId));
+    }, maxBatch);
+  }
+
+  /** Resolves with whether the row was still held by this claim (and is now delivered). */
+  record(claim: ClaimedDelivery, statusCode: number): Promise<boolean> {
+    return this.writer.submit({ claim, statusCode });
+  }
+
+  idle(): Promise<void> {
+    return this.writer.idle();
+  }
+}

@@ -1,0 +1,178 @@
+// The webhook egress client (DESIGN §5 "Webhook delivery"): one HTTPS POST per attempt, to public
+// addresses only. The address check runs inside undici's connector, on the addresses actually
+// dialled, so a hostname that resolves to a private address at delivery time (DNS rebinding) is
+// refused just like an IP literal. Redirects are never followed; the response body is read up to
+// a cap and discarded.
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici';
+import { isPublicAddress } from '@switchboard/core';
+
+export { isPublicAddress };
+
+export type EgressErrorKind = 'invalid_url' | 'refused_address' | 'timeout' | 'connection' | 'tls';
+
+/** A failed attempt that got no HTTP response. `message` never contains the URL or a secret. */
+export class EgressError extends Error {
+  constructor(
+    public readonly kind: EgressErrorKind,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'EgressError';
+  }
+}
+
+export interface EgressOptions {
+  /** Tests only: allow loopback/private addresses and any port (HTTPS is still required). */
+  allowPrivateTargets?: boolean;
+  /** Whole attempt: connect + headers + body (DESIGN: 15 s). */
+  timeoutMs?: number;
+  /** Bytes of the response body read before the rest is discarded. */
+  maxResponseBytes?: number;
+  /** Host name resolution; replaceable so tests can simulate DNS answers. */
+  resolve?: (hostname: string) => Promise<string[]>;
+}
+
+export interface EgressResponse {
+  statusCode: number;
+  /** From a Retry-After header (seconds or HTTP date), when present and valid. */
+  retryAfterMs?: number;
+}
+
+export interface EgressClient {
+  /** POSTs the body; resolves with any HTTP response (3xx included), rejects with EgressError. */
+  post(url: string, headers: Record<string, string>, body: string): Promise<EgressResponse>;
+  close(): Promise<void>;
+}
+
+const DEFAULT_TIMEOUT_MS = 15_000;
+const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024;
+
+async function resolveAll(hostname: string): Promise<string[]> {
+  const answers = await lookup(hostname, { all: true, verbatim: true });
+  return answers.map((a) => a.address);
+}
+
+/** Checks a URL before any connection: https, and port 443 unless private targets are allowed. */
+export function checkWebhookUrl(url: string, allowPrivateTargets: boolean): URL {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new EgressError('invalid_url', 'the webhook URL is not a valid URL');
+  }
+  if (parsed.protocol !== 'https:') throw new EgressError('invalid_url', 'the webhook URL must use https');
+  if (!allowPrivateTargets && parsed.port !== '' && parsed.port !== '443') {
+    throw new EgressError('invalid_url', 'the webhook URL must use port 443');
+  }
+  if (parsed.username || parsed.password) throw new EgressError('invalid_url', 'the webhook URL must not contain credentials');
+  return parsed;
+}
+
+export function createEgressClient(opts: EgressOptions = {}): EgressClient {
+  const allowPrivate = opts.allowPrivateTargets ?? false;
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const maxBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  const resolve = opts.resolve ?? resolveAll;
+  const agent = new Agent({
+    connect: checkedConnector(resolve, allowPrivate, timeoutMs),
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+    connections: 16,
+    pipelining: 1,
+    keepAliveTimeout: 10_000,
+  });
+
+  return {
+    async post(url, headers, body) {
+      const target = checkWebhookUrl(url, allowPrivate);
+      const signal = AbortSignal.timeout(timeoutMs);
+      let response: Dispatcher.ResponseData;
+      try {
+        response = await agent.request({
+          origin: target.origin,
+          path: `${target.pathname}${target.search}`,
+          method: 'POST',
+          headers,
+          body,
+          signal,
+        });
+      } catch (err) {
+        throw classify(err, signal);
+      }
+      try {
+        await drain(response.body, maxBytes);
+      } catch (err) {
+        // The status line already arrived; a body cut short does not change the verdict,
+        // except a timeout, which fails the attempt (the whole exchange must fit in the limit).
+        if (signal.aborted) throw classify(err, signal);
+      }
+      return { statusCode: response.statusCode, retryAfterMs: parseRetryAfter(response.headers['retry-after']) };
+    },
+    close: () => agent.close(),
+  };
+}
+
+/** undici connector that resolves the host itself, refuses non-public addresses, then dials. */
+function checkedConnector(resolve: (hostname: string) => Promise<string[]>, allowPrivate: boolean, timeoutMs: number): buildConnector.connector {
+  const dial = buildConnector({ timeout: timeoutMs });
+  return (options, callback) => {
+    const hostname = options.hostname.replace(/^\[|\]$/g, '');
+    const addresses = isIP(hostname) ? Promise.resolve([hostname]) : resolve(hostname);
+    addresses.then(
+      (list) => {
+        if (list.length === 0) return callback(new EgressError('connection', 'the webhook host did not resolve'), null);
+        if (!allowPrivate && !list.every(isPublicAddress)) {
+          return callback(new EgressError('refused_address', 'the webhook host resolves to a non-public address'), null);
+        }
+        // Dial the checked address; TLS still verifies the certificate against the host name.
+        const servername = isIP(hostname) ? undefined : hostname;
+        dial({ ...options, hostname: list[0], servername }, callback);
+      },
+      () => callback(new EgressError('connection', 'the webhook host name could not be resolved'), null),
+    );
+  };
+}
+
+async function drain(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<void> {
+  let read = 0;
+  for await (const chunk of body) {
+    read += (chunk as Buffer).length;
+    if (read >= maxBytes) {
+      body.destroy();
+      return;
+    }
+  }
+}
+
+function classify(err: unknown, signal: AbortSignal): EgressError {
+  if (err instanceof EgressError) return err;
+  const cause = (err as { cause?: unknown })?.cause;
+  if (cause instanceof EgressError) return cause;
+  if (
+    signal.aborted ||
+    err instanceof undiciErrors.ConnectTimeoutError ||
+    err instanceof undiciErrors.HeadersTimeoutError ||
+    err instanceof undiciErrors.BodyTimeoutError
+  ) {
+    return new EgressError('timeout', 'the webhook did not answer in time');
+  }
+  const code = String((err as { code?: unknown })?.code ?? '');
+  if (code.startsWith('ERR_TLS') || /CERT|SSL|TLS/.test(code)) return new EgressError('tls', `TLS handshake failed (${code})`);
+  if (code) return new EgressError('connection', `connection failed (${code})`);
+  return new EgressError('connection', 'connection failed');
+}
+
+const MAX_RETRY_AFTER_MS = 24 * 3600_000;
+
+/** Retry-After as milliseconds from now: delta-seconds or an HTTP date. */
+export function parseRetryAfter(value: string | string[] | undefined, nowMs = Date.now()): number | undefined {
+  const raw = Array.isArray(value) ? value[0] : value;
+  if (raw === undefined) return undefined;
+  const text = raw.trim();
+  if (/^\d+$/.test(text)) return Math.min(Number(text) * 1000, MAX_RETRY_AFTER_MS);
+  const date = Date.parse(text);
+  if (Number.isNaN(date)) return undefined;
+  return Math.min(Math.max(0, date - nowMs), MAX_RETRY_AFTER_MS);
+}

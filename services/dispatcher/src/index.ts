@@ -1,0 +1,89 @@
+// The webhook dispatcher: intake (bus → delivery rows) plus the delivery scheduler (rows →
+// signed POSTs). The embedded server runs it in-process with startDispatcher(); cluster mode runs
+// main.ts as its own deployment, any number of replicas on one database.
+import type { Bus, Config, Crypto, Logger, Metrics, Subscription } from '@switchboard/core';
+import type { Knex } from 'knex';
+import { DEFAULT_RETRY_AFTER_CAP_MS } from './backoff.ts';
+import { createEgressClient, type EgressClient } from './egress.ts';
+import { startIntake, type IntakeOptions } from './intake.ts';
+import { DeliveryScheduler, DEFAULT_SCHEDULER_OPTIONS, type SchedulerOptions } from './scheduler.ts';
+
+export interface DispatcherOptions extends Partial<SchedulerOptions> {
+  /** Whole attempt: connect + headers + body (default 15 s). */
+  attemptTimeoutMs?: number;
+  retryAfterCapMs?: number;
+  /** Replace the egress client (tests: a resolver that simulates DNS). */
+  egress?: EgressClient;
+  /** false: run only the scheduler, without consuming the event stream. */
+  consumeEvents?: boolean;
+  intake?: IntakeOptions;
+}
+
+export interface DispatcherDeps {
+  db: Knex;
+  bus: Bus;
+  crypto: Crypto;
+  config: Pick<Config, 'webhookRetrySchedule' | 'webhookAllowPrivateTargets'>;
+  log: Logger;
+  /** Where webhook attempts, exhaustion and open breakers are counted (optional). */
+  metrics?: Metrics;
+}
+
+export interface Dispatcher {
+  /** Look for due deliveries now (e.g. after the gateway reset one for a manual retry). */
+  kick(): void;
+  stop(): Promise<void>;
+}
+
+const DEFAULT_ATTEMPT_TIMEOUT_MS = 15_000;
+
+export async function startDispatcher(args: DispatcherDeps & DispatcherOptions): Promise<Dispatcher> {
+  const { db, bus, crypto, config, log } = args;
+  const attemptTimeoutMs = args.attemptTimeoutMs ?? DEFAULT_ATTEMPT_TIMEOUT_MS;
+  const leaseMs = args.leaseMs ?? DEFAULT_SCHEDULER_OPTIONS.leaseMs;
+  // A lease shorter than an attempt would let another replica start the same delivery.
+  if (leaseMs <= attemptTimeoutMs) throw new Error(`dispatcher: leaseMs (${leaseMs}) must exceed attemptTimeoutMs (${attemptTimeoutMs})`);
+
+  const ownEgress = args.egress === undefined;
+  const egress = args.egress ?? createEgressClient({ allowPrivateTargets: config.webhookAllowPrivateTargets, timeoutMs: attemptTimeoutMs });
+  const scheduler = new DeliveryScheduler(
+    { db, crypto, egress, log, metrics: args.metrics, timing: { schedule: config.webhookRetrySchedule, retryAfterCapMs: args.retryAfterCapMs ?? DEFAULT_RETRY_AFTER_CAP_MS } },
+    pickSchedulerOptions(args),
+  );
+  scheduler.start();
+
+  let intake: Subscription | undefined;
+  if (args.consumeEvents !== false) {
+    try {
+      intake = await startIntake({ db, bus, log, schedule: config.webhookRetrySchedule, onPending: () => scheduler.kick() }, args.intake);
+    } catch (err) {
+      await scheduler.stop();
+      if (ownEgress) await egress.close();
+      throw err;
+    }
+  }
+  log.info({ consumeEvents: intake !== undefined }, 'dispatcher started');
+
+  return {
+    kick: () => scheduler.kick(),
+    async stop() {
+      await intake?.stop();
+      await scheduler.stop();
+      if (ownEgress) await egress.close();
+    },
+  };
+}
+
+function pickSchedulerOptions(o: DispatcherOptions): Partial<SchedulerOptions> {
+  const picked: Partial<SchedulerOptions> = {};
+  for (const key of Object.keys(DEFAULT_SCHEDULER_OPTIONS) as (keyof SchedulerOptions)[]) {
+    if (o[key] !== undefined) picked[key] = o[key];
+  }
+  return picked;
+}
+
+export { routeEvent, routeOf, type RouteDecision, type WebhookSettings } from './routing.ts';
+export { computeSignature, signatureHeaders, verifySignature, SIGNATURE_PREFIX } from './signing.ts';
+export { isPublicAddress, checkWebhookUrl, createEgressClient, EgressError, type EgressClient, type EgressOptions } from './egress.ts';
+export { DeliveryScheduler, type SchedulerOptions } from './scheduler.ts';
+export { startIntake, sweepUnroutedEvents, routeAndRecord, DISPATCHER_DURABLE } from './intake.ts';

@@ -1,0 +1,64 @@
+// The dispatcher as its own process (cluster mode): PostgreSQL + NATS JetStream, any number of
+// replicas. SIGTERM/SIGINT stop intake, let attempts under way finish, then exit 0.
+//
+// Besides the shared variables (DESIGN §4) it reads optional tuning variables, mainly for tests:
+// DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
+// DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY.
+import { ConfigError, runService, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { startDispatcher, type DispatcherOptions } from './index.ts';
+
+const TUNING: Record<string, keyof DispatcherOptions> = {
+  DISPATCHER_POLL_INTERVAL_MS: 'pollIntervalMs',
+  DISPATCHER_LEASE_MS: 'leaseMs',
+  DISPATCHER_ATTEMPT_TIMEOUT_MS: 'attemptTimeoutMs',
+  DISPATCHER_MAX_CONCURRENT: 'maxConcurrent',
+  DISPATCHER_PER_DESTINATION_CONCURRENCY: 'perDestinationConcurrency',
+};
+
+function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {
+  const problems: string[] = [];
+  const options: Record<string, number> = {};
+  for (const [name, option] of Object.entries(TUNING)) {
+    const raw = env[name]?.trim();
+    if (!raw) continue;
+    if (!/^\d+$/.test(raw) || Number(raw) < 1) problems.push(`${name}: must be a positive whole number (got "${raw}")`);
+    else options[option] = Number(raw);
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return options as DispatcherOptions;
+}
+
+async function start(): Promise<() => Promise<void>> {
+  const config = loadConfig();
+  const tuning = readTuning(process.env);
+  const missing = [
+    !config.databaseUrl && 'DATABASE_URL: required by the standalone dispatcher (a postgres:// URL)',
+    !config.natsUrl && 'NATS_URL: required by the standalone dispatcher (a nats:// URL)',
+    !config.encryptionKey && 'ENCRYPTION_KEY: required by the standalone dispatcher (the key the gateway seals webhook secrets with)',
+  ].filter((p): p is string => typeof p === 'string');
+  if (missing.length) throw new ConfigError(missing);
+
+  const telemetry = await startTelemetry({ serviceName: 'switchboard-dispatcher' });
+  const log = createLogger({ level: config.logLevel, name: 'dispatcher' });
+  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+  await migrate(db);
+  const bus = await openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log });
+  const metrics = createMetrics({ db, bus }); // served on HEALTH_PORT at /metrics
+  const dispatcher = await startDispatcher({ db, bus, crypto: new Crypto(config.encryptionKey!), config, log, metrics, ...tuning });
+  const healthPort = healthPortFrom(process.env);
+  const health = healthPort === undefined ? undefined : startHealthServer(healthPort, async () => {
+    await db.raw('select 1');
+    await bus.pending('events', 'dispatcher');
+  }, metrics);
+
+  return async function stop() {
+    log.info('dispatcher stopping');
+    await health?.close();
+    await dispatcher.stop();
+    await bus.close();
+    await telemetry.shutdown();
+    await db.destroy();
+  };
+}
+
+runService('dispatcher', start);

@@ -1,0 +1,265 @@
+// The delivery worker (DESIGN §1 "Deliver"). Attempts are scheduled from the database, never from
+// the bus: each tick claims due deliveries (FOR UPDATE SKIP LOCKED, leased), runs their attempts
+// concurrently and records each result. Several replicas can run on one database; a claim is
+// theirs alone until its lease runs out.
+//
+// Isolation: at most `maxConcurrent` attempts at once, and at most `perDestinationConcurrency`
+// per destination; destinations at their cap are left out of the claim query, so a slow receiver
+// only fills its own slots. A circuit breaker per destination stops requests to a receiver that
+// keeps failing.
+//
+// Decision: a delivery whose destination's breaker is open is handed back (rescheduled for when
+// the breaker lets a probe through) WITHOUT counting an attempt. No request was made, so the
+// receiver saw nothing; counting would burn the 8 attempts of every queued delivery in a few
+// cool-downs without one of them being tried. Each delivery still exhausts on its own failures.
+//
+// A webhook failure never touches the send queue: this module only writes `deliveries`.
+import type { Crypto, Logger, Metrics } from '@switchboard/core';
+import type { Knex } from 'knex';
+import { performAttempt, type AttemptOutcome } from './attempt.ts';
+import { retryDelayMs, type RetryTiming } from './backoff.ts';
+import { CircuitBreakers } from './breaker.ts';
+import { destinationKey } from './destination.ts';
+import type { EgressClient } from './egress.ts';
+import { DeliveredWriter } from './delivered-writer.ts';
+import { claimDueDeliveries, recordFailure, releaseClaim, type ClaimedDelivery } from './store.ts';
+
+export interface SchedulerOptions {
+  /** How often to look for due deliveries when nothing kicks the scheduler. */
+  pollIntervalMs: number;
+  /** How long a claim is held; must exceed the attempt time-out. */
+  leaseMs: number;
+  maxConcurrent: number;
+  perDestinationConcurrency: number;
+  breakerThreshold: number;
+  breakerCooldownMs: number;
+  /** Most deliveries claimed by one query. */
+  claimBatchSize: number;
+}
+
+export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
+  pollIntervalMs: 500,
+  leaseMs: 60_000,
+  maxConcurrent: 64,
+  perDestinationConcurrency: 4,
+  breakerThreshold: 5,
+  breakerCooldownMs: 30_000,
+  claimBatchSize: 32,
+};
+
+/** An open breaker never holds a destination back longer than its shortest retry delay, so the
+ *  breaker saves slots without changing the retry schedule a client configured. */
+function breakerCooldownFor(timing: RetryTiming, configured: number | undefined): number {
+  if (configured !== undefined) return configured;
+  const shortestRetry = Math.min(...timing.schedule.slice(1).filter((d) => d > 0));
+  return Math.min(DEFAULT_SCHEDULER_OPTIONS.breakerCooldownMs, Number.isFinite(shortestRetry) ? shortestRetry : 1);
+}
+
+export interface SchedulerDeps {
+  db: Knex;
+  crypto: Crypto;
+  egress: EgressClient;
+  log: Logger;
+  timing: RetryTiming;
+  /** Webhook attempt/exhaustion counters and the open-breaker gauge (optional). */
+  metrics?: Metrics;
+}
+
+export class DeliveryScheduler {
+  private readonly opts: SchedulerOptions;
+  private readonly breakers: CircuitBreakers;
+  private readonly inFlight = new Set<Promise<void>>();
+  /** Result writes of finished attempts (their slot is already free). */
+  private readonly recording = new Set<Promise<void>>();
+  private readonly delivered: DeliveredWriter;
+  private readonly perDestination = new Map<string, number>();
+  /** Claims waiting for a slot of their destination (at most perDestinationConcurrency each), so
+   *  a finished attempt starts the next one without waiting for a claim round trip. */
+  private readonly ready = new Map<string, ClaimedDelivery[]>();
+  private timer: NodeJS.Timeout | undefined;
+  private ticking: Promise<void> | undefined;
+  private again = false;
+  private stopped = true;
+
+  constructor(
+    private readonly deps: SchedulerDeps,
+    options: Partial<SchedulerOptions> = {},
+  ) {
+    this.opts = { ...DEFAULT_SCHEDULER_OPTIONS, ...options, breakerCooldownMs: breakerCooldownFor(deps.timing, options.breakerCooldownMs) };
+    this.breakers = new CircuitBreakers({ threshold: this.opts.breakerThreshold, cooldownMs: this.opts.breakerCooldownMs });
+    this.delivered = new DeliveredWriter(deps.db);
+    deps.metrics?.trackBreakers(() => this.breakers.openCount());
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.timer = setInterval(() => this.kick(), this.opts.pollIntervalMs);
+    this.timer.unref();
+    this.kick();
+  }
+
+  /** Look for due deliveries now (new delivery rows, a finished attempt). Calls coalesce. */
+  kick(): void {
+    if (this.stopped) return;
+    if (this.ticking) {
+      this.again = true;
+      return;
+    }
+    this.ticking = this.tick()
+      .catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: claiming deliveries failed; will retry'))
+      .finally(() => {
+        this.ticking = undefined;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  /** Stops claiming and waits for the attempts under way (each is bounded by its time-out). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    while (this.ticking) await this.ticking;
+    await Promise.allSettled([...this.inFlight]);
+    await Promise.allSettled([...this.recording]);
+    await this.releaseReady();
+  }
+
+  /** Hands back claims that were waiting for a slot, so another replica need not wait for their lease. */
+  private async releaseReady(): Promise<void> {
+    const waiting = [...this.ready.values()].flat();
+    this.ready.clear();
+    await Promise.allSettled(waiting.map((claim) => releaseClaim(this.deps.db, claim, claim.dueAt)));
+  }
+
+  private readyCount(): number {
+    let n = 0;
+    for (const queue of this.ready.values()) n += queue.length;
+    return n;
+  }
+
+  private async tick(): Promise<void> {
+    for (;;) {
+      const capacity = this.opts.maxConcurrent - this.inFlight.size;
+      if (this.stopped || capacity <= 0) return;
+      const limit = Math.min(capacity, this.opts.claimBatchSize);
+      const claims = await claimDueDeliveries(this.deps.db, {
+        limit,
+        leaseMs: this.opts.leaseMs,
+        excludeDestinations: this.saturatedDestinations(),
+        perDestinationLimit: this.roomPerDestination(),
+        freeSlots: this.freeRoom(),
+      });
+      for (const claim of claims) await this.dispatch(claim);
+      if (claims.length < limit) return;
+    }
+  }
+
+  /** A destination holds at most its concurrency in attempts plus a claim batch ready to go: enough
+   *  that its slots never wait for a claim round trip (a commit each) while it has a backlog. Once
+   *  maxConcurrent claims wait in all, only free slots are claimed: waiting claims of slow
+   *  destinations never keep a destination with free slots from being served. */
+  private roomPerDestination(): number {
+    const prefetching = this.readyCount() < this.opts.maxConcurrent;
+    return this.opts.perDestinationConcurrency + (prefetching ? this.opts.claimBatchSize : 0);
+  }
+
+  private heldBy(key: string): number {
+    return (this.perDestination.get(key) ?? 0) + (this.ready.get(key)?.length ?? 0);
+  }
+
+  private saturatedDestinations(): string[] {
+    const keys = new Set([...this.perDestination.keys(), ...this.ready.keys()]);
+    const room = this.roomPerDestination();
+    return [...keys].filter((key) => this.heldBy(key) >= room);
+  }
+
+  /** Destinations with attempts under way or waiting → how many more claims they may take now. */
+  private freeRoom(): Record<string, number> {
+    const free: Record<string, number> = {};
+    const room = this.roomPerDestination();
+    for (const key of new Set([...this.perDestination.keys(), ...this.ready.keys()])) free[key] = Math.max(0, room - this.heldBy(key));
+    return free;
+  }
+
+  /** Starts waiting claims of a destination while it has free slots. */
+  private async startReady(key: string): Promise<void> {
+    const queue = this.ready.get(key);
+    while (queue?.length && (this.perDestination.get(key) ?? 0) < this.opts.perDestinationConcurrency && !this.stopped) {
+      await this.dispatch(queue.shift()!);
+    }
+    if (queue && !queue.length && this.ready.get(key) === queue) this.ready.delete(key);
+  }
+
+  private waitForSlot(key: string, claim: ClaimedDelivery): void {
+    const queue = this.ready.get(key);
+    if (queue) queue.push(claim);
+    else this.ready.set(key, [claim]);
+  }
+
+  /** Starts the attempt of one claim, or hands the claim back when its destination cannot take it. */
+  private async dispatch(claim: ClaimedDelivery): Promise<void> {
+    const key = destinationKey(claim.url ?? '');
+    if ((this.perDestination.get(key) ?? 0) >= this.opts.perDestinationConcurrency) {
+      // All slots busy: the claim waits (leased) for the next free one.
+      if (this.stopped) await releaseClaim(this.deps.db, claim, claim.dueAt);
+      else this.waitForSlot(key, claim);
+      return;
+    }
+    const admission = this.breakers.admit(key);
+    if (!admission.allowed) {
+      await releaseClaim(this.deps.db, claim, new Date(Math.max(admission.retryAt, claim.dueAt.getTime())));
+      return;
+    }
+    this.perDestination.set(key, (this.perDestination.get(key) ?? 0) + 1);
+    const running = this.attempt(claim, key).finally(() => {
+      this.inFlight.delete(running);
+      const left = (this.perDestination.get(key) ?? 1) - 1;
+      if (left > 0) this.perDestination.set(key, left);
+      else this.perDestination.delete(key);
+      void this.startReady(key).catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: starting a waiting delivery failed'));
+      this.kick();
+    });
+    this.inFlight.add(running);
+  }
+
+  /** Runs the request; its slot frees when the receiver has answered, while the result is still
+   *  being written (the lease keeps the row ours until then, so nobody else attempts it). */
+  private async attempt(claim: ClaimedDelivery, key: string): Promise<void> {
+    const couldNotRecord = (err: unknown) =>
+      // The database failed us mid-attempt: the lease brings the delivery back later.
+      this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: attempt could not be recorded');
+    let outcome: AttemptOutcome;
+    try {
+      outcome = await performAttempt(this.deps, claim);
+    } catch (err) {
+      couldNotRecord(err);
+      return;
+    }
+    const recording = this.record(claim, key, outcome)
+      .catch(couldNotRecord)
+      .finally(() => this.recording.delete(recording));
+    this.recording.add(recording);
+  }
+
+  private async record(claim: ClaimedDelivery, key: string, outcome: AttemptOutcome): Promise<void> {
+    if (outcome.kind === 'gone') return;
+    const log = this.deps.log;
+    if (outcome.kind === 'delivered') {
+      this.breakers.onSuccess(key);
+      const recorded = await this.delivered.record(claim, outcome.statusCode);
+      log.debug({ eventId: claim.eventId, statusCode: outcome.statusCode, recorded }, 'webhook delivered');
+      return;
+    }
+    this.breakers.onFailure(key);
+    const attemptsMade = claim.attempts + 1;
+    const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
+    const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });
+    if (retryInMs === undefined && recorded) this.deps.metrics?.webhookExhausted.inc();
+    log.info(
+      { eventId: claim.eventId, instanceId: claim.instanceId, attempt: attemptsMade, error: outcome.error, exhausted: retryInMs === undefined, recorded },
+      'webhook attempt failed',
+    );
+  }
+}

@@ -1,0 +1,263 @@
+// The dispatcher's SQL on `deliveries`. Claims are leases: claiming pushes next_attempt_at
+// forward by the lease, so a replica that dies mid-attempt loses its claims when the lease runs
+// out, and every later write is fenced on that lease value (a replica whose lease expired cannot
+// overwrite the result of the replica that took over).
+import type { Knex } from 'knex';
+import { destinationKeySql } from './destination.ts';
+
+/** What an attempt sends: the exact body, the trace context and the instance's sealed secret. */
+export interface AttemptMaterial {
+  body: string;
+  traceContext: string | null;
+  secretSealed: string | null;
+}
+
+export interface ClaimedDelivery {
+  eventId: string;
+  instanceId: string;
+  url: string | null;
+  /** Attempts made before this one. */
+  attempts: number;
+  /** When the delivery was due before it was claimed (to give it back unchanged). */
+  dueAt: Date;
+  /** The lease; every write about this claim is conditional on it. */
+  leaseUntil: Date;
+  /** Read by the claim itself (saves a round trip per attempt); null: the event is gone.
+   *  Undefined: not read, performAttempt loads it. */
+  material?: AttemptMaterial | null;
+}
+
+export interface ClaimOptions {
+  limit: number;
+  leaseMs: number;
+  /** Destinations (see destinationKey) whose deliveries must not be claimed now. */
+  excludeDestinations: string[];
+  /** At most this many deliveries of one destination per claim ... */
+  perDestinationLimit: number;
+  /** ... or fewer for destinations with attempts under way (destination key → free slots). */
+  freeSlots?: Record<string, number>;
+}
+
+/**
+ * Claims due deliveries, at most `perDestinationLimit` (or the destination's free slots) per
+ * destination, so a backlog for one receiver is never claimed only to be handed back. Rows are
+ * locked FOR UPDATE SKIP LOCKED among a window of the oldest due ones; the ones a destination
+ * has no slot for stay locked only for this statement and are left unchanged. The same statement
+ * returns what the attempt sends (body, trace context, sealed secret), read at claim time.
+ */
+export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
+  const exclude = opts.excludeDestinations;
+  const excludeSql = exclude.length ? `AND ${destinationKeySql('url')} NOT IN (${exclude.map(() => '?').join(', ')})` : '';
+  // Enough candidates that one busy destination does not hide the others' due rows.
+  const candidates = opts.limit * 4;
+  // Lease values are truncated to milliseconds so they survive the round trip through a JS Date.
+  const result = await db.raw(
+    `WITH candidates AS (
+       SELECT event_id, url, next_attempt_at AS due_at FROM deliveries
+       WHERE status IN ('pending', 'retrying') AND next_attempt_at <= now() ${excludeSql}
+       ORDER BY next_attempt_at
+       LIMIT ?
+       FOR UPDATE SKIP LOCKED
+     ), ranked AS (
+       SELECT event_id, due_at,
+              row_number() OVER (PARTITION BY destination ORDER BY due_at, event_id) AS place,
+              coalesce((?::jsonb ->> destination)::int, ?) AS slots
+       FROM (SELECT *, ${destinationKeySql('url')} AS destination FROM candidates) c
+     ), due AS (
+       SELECT event_id, due_at FROM ranked WHERE place <= slots ORDER BY due_at LIMIT ?
+     )
+     UPDATE deliveries d
+     SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), updated_at = now()
+     FROM due LEFT JOIN events e ON e.id = due.event_id LEFT JOIN instances i ON i.id = e.instance_id
+     WHERE d.event_id = due.event_id
+     RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
+               e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
+    [...exclude, candidates, JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.limit, opts.leaseMs],
+  );
+  return (result.rows as any[])
+    .map((r) => ({
+      eventId: r.event_id,
+      instanceId: r.instance_id,
+      url: r.url,
+      attempts: r.attempts,
+      dueAt: new Date(r.due_at),
+      leaseUntil: new Date(r.lease_until),
+      material: r.found_event ? { body: r.body, traceContext: r.trace_context ?? null, secretSealed: r.webhook_secret_sealed ?? null } : null,
+    }))
+    .sort((a, b) => a.dueAt.getTime() - b.dueAt.getTime());
+}
+
+/** Rows still held by this claim (an open status and the lease we set). */
+function held(db: Knex, claim: ClaimedDelivery): Knex.QueryBuilder {
+  return db('deliveries').where({ event_id: claim.eventId, next_attempt_at: claim.leaseUntil }).whereIn('status', ['pending', 'retrying']);
+}
+
+/** Hands a claim back without an attempt (destination busy or its breaker open). */
+export async function releaseClaim(db: Knex, claim: ClaimedDelivery, nextAttemptAt: Date): Promise<boolean> {
+  return (await held(db, claim).update({ next_attempt_at: nextAttemptAt, updated_at: db.fn.now() })) > 0;
+}
+
+export async function recordDelivered(db: Knex, claim: ClaimedDelivery, statusCode: number): Promise<boolean> {
+  const updated = await held(db, claim).update({
+    status: 'delivered',
+    attempts: claim.attempts + 1,
+    last_status_code: statusCode,
+    last_error: null,
+    delivered_at: db.fn.now(),
+    next_attempt_at: null,
+    updated_at: db.fn.now(),
+  });
+  return updated > 0;
+}
+
+export interface DeliveredAttempt {
+  claim: ClaimedDelivery;
+  statusCode: number;
+}
+
+/**
+ * recordDelivered for many claims in one statement (each row still fenced on its own lease).
+ * Returns the event ids whose row was updated.
+ */
+export async function recordDeliveredBatch(db: Knex, delivered: DeliveredAttempt[]): Promise<Set<string>> {
+  if (!delivered.length) return new Set();
+  const values = delivered.map(() => '(?, ?::timestamptz, ?::int, ?::int)').join(', ');
+  const bindings = delivered.flatMap(({ claim, statusCode }) => [claim.eventId, claim.leaseUntil.toISOString(), claim.attempts + 1, statusCode]);
+  const result = await db.raw(
+    `UPDATE deliveries d
+     SET status = 'delivered', attempts = v.attempts, last_status_code = v.status_code, last_error = NULL,
+         delivered_at = now(), next_attempt_at = NULL, updated_at = now()
+     FROM (VALUES ${values}) AS v(event_id, lease_until, attempts, status_code)
+     WHERE d.event_id = v.event_id AND d.next_attempt_at = v.lease_until AND d.status IN ('pending', 'retrying')
+     RETURNING d.event_id`,
+    bindings,
+  );
+  return new Set((result.rows as { event_id: string }[]).map((r) => r.event_id));
+}
+
+export interface FailedAttempt {
+  statusCode: number | null;
+  error: string;
+  /** Undefined: no attempts left (exhausted). */
+  retryInMs: number | undefined;
+}
+
+export async function recordFailure(db: Knex, claim: ClaimedDelivery, failure: FailedAttempt): Promise<boolean> {
+  const exhausted = failure.retryInMs === undefined;
+  const updated = await held(db, claim).update({
+    status: exhausted ? 'exhausted' : 'retrying',
+    attempts: claim.attempts + 1,
+    last_status_code: failure.statusCode,
+    last_error: failure.error,
+    next_attempt_at: exhausted ? null : db.raw("now() + (?::double precision * interval '1 millisecond')", [failure.retryInMs!]),
+    updated_at: db.fn.now(),
+  });
+  return updated > 0;
+}
+
+/** What an attempt needs: the exact body, the trace context and the instance's sealed secret. */
+export async function loadAttemptMaterial(db: Knex, claim: ClaimedDelivery): Promise<AttemptMaterial | undefined> {
+  const row = await db('events as e')
+    .join('instances as i', 'i.id', 'e.instance_id')
+    .where('e.id', claim.eventId)
+    .first('e.body', 'e.trace_context', 'i.webhook_secret_sealed');
+  if (!row) return undefined;
+  return { body: row.body, traceContext: row.trace_context ?? null, secretSealed: row.webhook_secret_sealed ?? null };
+}
+
+export interface NewDelivery {
+  eventId: string;
+  instanceId: string;
+  status: 'pending' | 'filtered' | 'no_destination';
+  url: string | null;
+  firstAttemptDelayMs: number;
+}
+
+/**
+ * Writes the delivery row of an event once (a redelivered bus message changes nothing). Returns
+ * false when the event row does not exist (not committed yet, or deleted with its instance).
+ */
+export async function insertDelivery(db: Knex, d: NewDelivery): Promise<boolean> {
+  const result = await db.raw(
+    `INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
+     SELECT e.id, e.instance_id, ?, ?, CASE WHEN ?::boolean THEN now() + (?::double precision * interval '1 millisecond') END
+     FROM events e WHERE e.id = ? AND e.instance_id = ?
+     ON CONFLICT (event_id) DO NOTHING
+     RETURNING event_id`,
+    [d.status, d.url, d.status === 'pending', d.firstAttemptDelayMs, d.eventId, d.instanceId],
+  );
+  if (result.rows.length > 0) return true;
+  return (await db('events').where({ id: d.eventId }).first('id')) !== undefined;
+}
+
+/**
+ * insertDelivery for many events in one statement (rows of events that no longer exist are
+ * skipped). Returns the event ids that exist (whether their row was written now or before).
+ */
+export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Promise<Set<string>> {
+  if (!deliveries.length) return new Set();
+  const values = deliveries.map(() => '(?, ?, ?, ?, ?::double precision)').join(', ');
+  const bindings = deliveries.flatMap((d) => [d.eventId, d.instanceId, d.status, d.url, d.status === 'pending' ? d.firstAttemptDelayMs : null]);
+  const result = await db.raw(
+    `WITH v(event_id, instance_id, status, url, delay_ms) AS (VALUES ${values}),
+     inserted AS (
+       INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
+       SELECT e.id, e.instance_id, v.status, v.url, CASE WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END
+       FROM v JOIN events e ON e.id = v.event_id AND e.instance_id = v.instance_id
+       ON CONFLICT (event_id) DO NOTHING
+     )
+     SELECT e.id FROM v JOIN events e ON e.id = v.event_id`,
+    bindings,
+  );
+  return new Set((result.rows as { id: string }[]).map((r) => r.id));
+}
+
+/** loadRoutingConfig for several instances in one query (instances that do not exist are absent). */
+export async function loadRoutingConfigs(db: Knex, instanceIds: string[]): Promise<Map<string, { webhook: Record<string, unknown>; settings: Record<string, unknown> }>> {
+  const rows = instanceIds.length ? await db('instances').whereIn('id', instanceIds).select('id', 'webhook', 'settings') : [];
+  return new Map(rows.map((r: any) => [r.id, { webhook: asObject(r.webhook), settings: asObject(r.settings) }]));
+}
+
+export interface UnroutedEvent {
+  id: string;
+  instanceId: string;
+  body: string;
+  /** created_at as PostgreSQL text, exact to the microsecond: the keyset position. */
+  position: string;
+}
+
+/** Events that have no delivery row, oldest first, after a keyset position. */
+export async function findUnroutedEvents(db: Knex, after: { position: string; id: string } | null, limit: number): Promise<UnroutedEvent[]> {
+  const query = db('events as e')
+    .whereNotExists(db('deliveries as d').whereRaw('d.event_id = e.id').select(db.raw('1')))
+    .orderBy([
+      { column: 'e.created_at', order: 'asc' },
+      { column: 'e.id', order: 'asc' },
+    ])
+    .limit(limit)
+    .select('e.id', 'e.instance_id', 'e.body', db.raw('e.created_at::text as position'));
+  if (after) query.whereRaw('(e.created_at, e.id) > (?::timestamptz, ?)', [after.position, after.id]);
+  const rows = await query;
+  return rows.map((r: any) => ({ id: r.id, instanceId: r.instance_id, body: r.body, position: r.position }));
+}
+
+/** The instance's webhook configuration and settings, as routing needs them. */
+export async function loadRoutingConfig(
+  db: Knex,
+  instanceId: string,
+): Promise<{ webhook: Record<string, unknown>; settings: Record<string, unknown> } | undefined> {
+  const row = await db('instances').where({ id: instanceId }).first('webhook', 'settings');
+  if (!row) return undefined;
+  return { webhook: asObject(row.webhook), settings: asObject(row.settings) };
+}
+
+function asObject(value: unknown): Record<string, unknown> {
+  if (typeof value === 'string') {
+    try {
+      return asObject(JSON.parse(value));
+    } catch {
+      return {};
+    }
+  }
+  return value && typeof value === 'object' ? (value as Record<string, unknown>) : {};
+}

@@ -1,0 +1,93 @@
+// The dispatcher's round-trip savers (issue 10): claims capped per destination that carry what the
+// attempt sends, batched "delivered" writes fenced per row, batched intake routing.
+import assert from 'node:assert/strict';
+import type { Knex } from 'knex';
+import { DeliveredWriter } from '../src/delivered-writer.ts';
+import { IntakeBatcher, sweepUnroutedEvents } from '../src/intake.ts';
+import { claimDueDeliveries, recordDeliveredBatch } from '../src/store.ts';
+import { createInstance, crypto, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent } from './support.ts';
+
+describe('dispatcher batching (PostgreSQL)', () => {
+  let db: Knex;
+  let drop: () => Promise<void>;
+
+  beforeEach(async () => {
+    ({ db, drop } = await openTestDatabase());
+  });
+  afterEach(async () => drop());
+
+  const claim = (opts: { limit?: number; perDestinationLimit?: number; freeSlots?: Record<string, number> } = {}) =>
+    claimDueDeliveries(db, { limit: opts.limit ?? 32, leaseMs: 60_000, excludeDestinations: [], perDestinationLimit: opts.perDestinationLimit ?? 2, freeSlots: opts.freeSlots });
+
+  it('claims at most the per-destination limit (or free slots) of each destination, with the body and secret', async () => {
+    const a = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    const b = await createInstance(db, { webhook: { url: 'https://b.example/hook' } });
+    for (let i = 0; i < 5; i++) await recordRoutedEvent(db, a.id);
+    for (let i = 0; i < 5; i++) await recordRoutedEvent(db, b.id);
+
+    const first = await claim({ freeSlots: { 'https://b.example': 1 } });
+    assert.equal(first.filter((c) => c.instanceId === a.id).length, 2);
+    assert.equal(first.filter((c) => c.instanceId === b.id).length, 1);
+    for (const c of first) {
+      const event = await db('events').where({ id: c.eventId }).first('body');
+      assert.equal(c.material?.body, event.body, 'the exact stored body');
+      assert.equal(crypto.open(c.material!.secretSealed!), c.instanceId === a.id ? a.secret : b.secret);
+    }
+    // Claimed rows are leased: the next claim takes the following ones, never the same.
+    const second = await claim();
+    assert.equal(second.length, 4);
+    assert.ok(second.every((c) => !first.some((f) => f.eventId === c.eventId)));
+    // Rows left unclaimed by the cap are untouched (still due, no attempt counted).
+    const open = await db('deliveries').where('next_attempt_at', '<=', db.fn.now()).select('attempts');
+    assert.equal(open.length, 3);
+    assert.ok(open.every((r) => r.attempts === 0));
+  });
+
+  it('records delivered attempts in one statement, each fenced on its own lease', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    for (let i = 0; i < 3; i++) await recordRoutedEvent(db, inst.id);
+    const [c1, c2, c3] = await claim({ perDestinationLimit: 3 });
+    // c2's lease ran out and another replica took it over (its lease value changed).
+    await db('deliveries').where({ event_id: c2.eventId }).update({ next_attempt_at: new Date(Date.now() + 120_000) });
+    const recorded = await recordDeliveredBatch(db, [c1, c2, c3].map((claim) => ({ claim, statusCode: 204 })));
+    assert.deepEqual([...recorded].sort(), [c1.eventId, c3.eventId].sort());
+    const rows = await db('deliveries').orderBy('event_id').select('event_id', 'status', 'attempts', 'last_status_code');
+    for (const r of rows) {
+      if (r.event_id === c2.eventId) assert.deepEqual([r.status, r.attempts], ['pending', 0], 'the stale claim wrote nothing');
+      else assert.deepEqual([r.status, r.attempts, r.last_status_code], ['delivered', 1, 204]);
+    }
+  });
+
+  it('DeliveredWriter groups concurrent records and answers each caller for its own row', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    for (let i = 0; i < 6; i++) await recordRoutedEvent(db, inst.id);
+    const claims = await claim({ perDestinationLimit: 6 });
+    await db('deliveries').where({ event_id: claims[5].eventId }).update({ status: 'exhausted' });
+    const writer = new DeliveredWriter(db, 2);
+    const results = await Promise.all(claims.map((c) => writer.record(c, 200)));
+    assert.deepEqual(results, [true, true, true, true, true, false]);
+    await writer.idle();
+    assert.equal(Number((await db('deliveries').where({ status: 'delivered' }).count({ n: '*' }).first())!.n), 5);
+  });
+
+  it('routes events in batches: the sweep and the bus intake write one delivery row per event', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    const events = [];
+    for (let i = 0; i < 7; i++) events.push(await recordTestEvent(db, inst.id));
+    let kicks = 0;
+    assert.equal(await sweepUnroutedEvents({ db, schedule: FAST_SCHEDULE, log, onPending: () => kicks++ }, 3), 7);
+    assert.equal(kicks, 3, 'the scheduler is kicked after each batch');
+
+    const batcher = new IntakeBatcher({ db, schedule: FAST_SCHEDULE });
+    const late = await recordTestEvent(db, inst.id);
+    const answers = await Promise.all([
+      batcher.route(events[0]), // a redelivered message
+      batcher.route(late),
+      batcher.route(late), // twice in one batch
+      batcher.route({ ...late, id: 'evt_missing' }),
+      batcher.route({ ...late, id: 'evt_other', instanceId: 'inst_gone' }),
+    ]);
+    assert.deepEqual(answers, ['recorded', 'recorded', 'recorded', 'event_missing', 'duplicate_or_missing_instance']);
+    assert.equal(Number((await db('deliveries').count({ n: '*' }).first())!.n), 8);
+  });
+});

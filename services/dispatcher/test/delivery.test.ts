@@ -1,0 +1,349 @@
+// The delivery scheduler against real PostgreSQL and real HTTPS receivers (the test CA must be
+// trusted: NODE_EXTRA_CA_CERTS=test/fixtures/tls/ca.pem). Retry timing runs on a shortened
+// schedule; assertions are about order and counts, never about how fast things were.
+import assert from 'node:assert/strict';
+import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, listEventsWithDelivery, openDatabase, retryEvent, Problem, type EventEnvelope } from '@switchboard/core';
+import type { Knex } from 'knex';
+import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
+import { createEgressClient, type EgressOptions } from '../src/egress.ts';
+import { DeliveryScheduler, type SchedulerOptions } from '../src/scheduler.ts';
+import { verifySignature } from '../src/signing.ts';
+import { createInstance, crypto, deliveryOf, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, waitFor, waitForStatus } from './support.ts';
+
+/** Resolves `localhost` to IPv4 only (the receiver listens on 127.0.0.1). */
+const localResolve = async (host: string) => (host === 'localhost' ? ['127.0.0.1'] : ['203.0.113.1']);
+
+interface Running {
+  scheduler: DeliveryScheduler;
+  stop(): Promise<void>;
+}
+
+function startScheduler(
+  db: Knex,
+  opts: Partial<SchedulerOptions> & { schedule?: number[]; egress?: EgressOptions; retryAfterCapMs?: number } = {},
+): Running {
+  const egress = createEgressClient({ allowPrivateTargets: true, timeoutMs: 1000, resolve: localResolve, ...opts.egress });
+  const scheduler = new DeliveryScheduler(
+    { db, crypto, egress, log, timing: { schedule: opts.schedule ?? FAST_SCHEDULE, retryAfterCapMs: opts.retryAfterCapMs } },
+    { pollIntervalMs: 20, leaseMs: 5000, ...opts },
+  );
+  scheduler.start();
+  return {
+    scheduler,
+    async stop() {
+      await scheduler.stop();
+      await egress.close();
+    },
+  };
+}
+
+describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
+  this.timeout(30_000);
+  let db: Knex;
+  let drop: () => Promise<void>;
+  let dbUrl: string;
+  let receiver: HttpsReceiver;
+  let running: Running[] = [];
+  const start = (...args: Parameters<typeof startScheduler>) => {
+    const r = startScheduler(...args);
+    running.push(r);
+    return r;
+  };
+
+  before(async () => {
+    ({ db, drop, url: dbUrl } = await openTestDatabase());
+  });
+  after(async () => {
+    await drop();
+  });
+  beforeEach(async () => {
+    receiver = await startHttpsReceiver();
+  });
+  afterEach(async () => {
+    for (const r of running) await r.stop();
+    running = [];
+    await receiver.close();
+  });
+
+  it('POSTs the exact body, signed over the raw bytes, with the service headers', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/general'), delivery: receiver.url('/delivery') } });
+    const event = await recordRoutedEvent(db, inst.id, 'message.sent', { messageId: 'm1', text: 'olá ✓' });
+    start(db);
+    const [req] = await receiver.waitForRequests(1);
+    const stored = await db('events').where({ id: event.id }).first('body');
+    assert.equal(req.method, 'POST');
+    assert.equal(req.path, '/delivery');
+    assert.ok(req.rawBody.equals(Buffer.from(stored.body, 'utf8')), 'body bytes are the stored envelope');
+    assert.deepEqual(JSON.parse(req.rawBody.toString('utf8')), event);
+    assert.equal(req.headers['content-type'], 'application/json');
+    assert.equal(req.headers['x-service-event-id'], event.id);
+    assert.match(req.headers['x-service-timestamp'], /^\d{10}$/);
+    assert.ok(verifySignature(inst.secret, req.headers['x-service-timestamp'], req.rawBody, req.headers['x-service-signature'], 300));
+    const row = await waitForStatus(db, event.id, 'delivered');
+    assert.equal(row.attempts, 1);
+    assert.equal(row.last_status_code, 200);
+    assert.equal(row.last_error, null);
+    assert.ok(row.delivered_at);
+  });
+
+  it('retries failures on the schedule with the same id and body, and stops at the first 2xx', async () => {
+    receiver.respondWith((_r, i) => ({ status: i < 3 ? 500 : 204 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db);
+    const row = await waitForStatus(db, event.id, 'delivered');
+    assert.equal(row.attempts, 4);
+    assert.equal(row.last_status_code, 204);
+    assert.equal(receiver.requests.length, 4);
+    const bodies = new Set(receiver.requests.map((r) => r.rawBody.toString('base64')));
+    assert.equal(bodies.size, 1, 'identical bytes on every attempt');
+    assert.ok(receiver.requests.every((r) => r.headers['x-service-event-id'] === event.id));
+    for (const r of receiver.requests) assert.ok(verifySignature(inst.secret, r.headers['x-service-timestamp'], r.rawBody, r.headers['x-service-signature'], 300));
+  });
+
+  it('records a failed attempt as retrying with its error and next attempt time', async () => {
+    receiver.respondWith(() => ({ status: 500 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db, { schedule: [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000] });
+    const row = await waitForStatus(db, event.id, 'retrying');
+    assert.equal(row.attempts, 1);
+    assert.equal(row.last_status_code, 500);
+    assert.equal(row.last_error, 'HTTP 500');
+    const wait = new Date(row.next_attempt_at).getTime() - new Date(row.updated_at).getTime();
+    assert.ok(wait >= 48_000 && wait <= 72_000, `next attempt ${wait} ms later: 60 s ± 20 %`);
+  });
+
+  it('exhausts after exactly 8 attempts; a manual retry starts a fresh series with the same id and body', async () => {
+    receiver.respondWith(() => ({ status: 503 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    const r = start(db, { breakerThreshold: 100 });
+    const row = await waitForStatus(db, event.id, 'exhausted');
+    assert.equal(row.attempts, 8);
+    assert.equal(row.next_attempt_at, null);
+    await new Promise((res) => setTimeout(res, 200));
+    assert.equal(receiver.requests.length, 8, 'no 9th attempt');
+    const firstBody = receiver.requests[0].rawBody;
+
+    receiver.respondWith(() => ({ status: 200 }));
+    const retried = await retryEvent(db, inst.id, event.id);
+    assert.equal(retried.delivery.status, 'pending');
+    assert.equal(retried.delivery.attempts, 0);
+    r.scheduler.kick();
+    const done = await waitForStatus(db, event.id, 'delivered');
+    assert.equal(done.attempts, 1);
+    const last = receiver.requests[8];
+    assert.equal(last.headers['x-service-event-id'], event.id);
+    assert.ok(last.rawBody.equals(firstBody));
+  });
+
+  it('manual retry: 409 unless exhausted, 404 for unknown events and other instances', async () => {
+    const a = await createInstance(db, { webhook: { url: receiver.url() } });
+    const b = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, a.id);
+    const expectProblem = async (p: Promise<unknown>, status: number, code: string) => {
+      await assert.rejects(p, (err: unknown) => err instanceof Problem && err.status === status && err.code === code);
+    };
+    await expectProblem(retryEvent(db, a.id, event.id), 409, 'not_retryable'); // pending
+    await db('deliveries').where({ event_id: event.id }).update({ status: 'retrying', attempts: 3 });
+    await expectProblem(retryEvent(db, a.id, event.id), 409, 'not_retryable');
+    await db('deliveries').where({ event_id: event.id }).update({ status: 'delivered' });
+    await expectProblem(retryEvent(db, a.id, event.id), 409, 'not_retryable');
+    await expectProblem(retryEvent(db, b.id, event.id), 404, 'not_found');
+    await expectProblem(retryEvent(db, a.id, 'evt_missing'), 404, 'not_found');
+  });
+
+  it('does not follow redirects: a 3xx is a failed attempt', async () => {
+    receiver.respondWith((r) => (r.path === '/hook' ? { status: 302, location: receiver.url('/elsewhere') } : { status: 200 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/hook') } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db, { schedule: [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000] });
+    const row = await waitForStatus(db, event.id, 'retrying');
+    assert.equal(row.last_status_code, 302);
+    assert.match(row.last_error, /redirect/);
+    assert.deepEqual(receiver.requests.map((r) => r.path), ['/hook']);
+  });
+
+  it('refuses a host name resolving to a private address when private targets are not allowed', async () => {
+    const inst = await createInstance(db, { webhook: { url: `https://localhost/hook`, received: 'https://rebind.example.com/hook' } });
+    const local = await recordRoutedEvent(db, inst.id, 'message.sent');
+    const rebound = await recordRoutedEvent(db, inst.id, 'message.received', { type: 'text', from: '1@s.whatsapp.net', fromMe: false });
+    // Real DNS for localhost; a resolver that answers a private address for the other name.
+    const resolve = async (host: string) => (host === 'rebind.example.com' ? ['10.0.0.7'] : (await import('node:dns/promises')).lookup(host, { all: true }).then((a) => a.map((x) => x.address)));
+    start(db, { schedule: [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000], egress: { allowPrivateTargets: false, resolve } });
+    for (const e of [local, rebound]) {
+      const row = await waitForStatus(db, e.id, 'retrying');
+      assert.match(row.last_error, /^refused_address/);
+      assert.equal(row.last_status_code, null);
+    }
+    assert.equal(receiver.requests.length, 0);
+  });
+
+  it('refuses any port but 443 when private targets are not allowed', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db, { schedule: [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000], egress: { allowPrivateTargets: false } });
+    const row = await waitForStatus(db, event.id, 'retrying');
+    assert.match(row.last_error, /port 443/);
+    assert.equal(receiver.requests.length, 0);
+  });
+
+  it('honours Retry-After: the next attempt does not come sooner', async () => {
+    receiver.respondWith((_r, i) => (i === 0 ? { status: 429, retryAfter: '1' } : { status: 200 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db);
+    const retrying = await waitForStatus(db, event.id, 'retrying');
+    const wait = new Date(retrying.next_attempt_at).getTime() - new Date(retrying.updated_at).getTime();
+    assert.ok(wait >= 1000, `rescheduled ${wait} ms later, Retry-After asked for 1000`);
+    await waitForStatus(db, event.id, 'delivered');
+    const [first, second] = receiver.requests;
+    assert.ok(second.receivedAt - first.receivedAt >= 1000);
+  });
+
+  it('times out a receiver that never answers and records the error', async () => {
+    receiver.respondWith(() => ({ blackHole: true }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db, { schedule: [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000], egress: { timeoutMs: 300 } });
+    const row = await waitForStatus(db, event.id, 'retrying');
+    assert.match(row.last_error, /^timeout/);
+  });
+
+  it('a slow destination only fills its own slots; others are delivered meanwhile', async () => {
+    // Same server under two host names = two destinations.
+    receiver.respondWith((r) => (r.headers.host?.startsWith('localhost') ? { blackHole: true } : { status: 200 }));
+    const slow = await createInstance(db, { webhook: { url: receiver.url('/slow', 'localhost') } });
+    const fast = await createInstance(db, { webhook: { url: receiver.url('/fast') } });
+    const slowEvents: EventEnvelope[] = [];
+    for (let i = 0; i < 6; i++) slowEvents.push(await recordRoutedEvent(db, slow.id));
+    const fastEvents: EventEnvelope[] = [];
+    for (let i = 0; i < 10; i++) fastEvents.push(await recordRoutedEvent(db, fast.id));
+    start(db, { perDestinationConcurrency: 2, maxConcurrent: 4, egress: { timeoutMs: 2500 } });
+    for (const e of fastEvents) await waitForStatus(db, e.id, 'delivered');
+    const slowRequests = receiver.requests.filter((r) => r.path === '/slow');
+    assert.equal(slowRequests.length, 2, 'the slow destination got exactly its cap of concurrent attempts');
+    const slowRows = await db('deliveries').whereIn('event_id', slowEvents.map((e) => e.id));
+    assert.ok(slowRows.every((r) => r.status === 'pending' && r.attempts === 0), 'slow attempts still under way');
+  });
+
+  it('opens the circuit breaker after consecutive failures and reschedules without counting attempts', async () => {
+    receiver.respondWith(() => ({ status: 500 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const events: EventEnvelope[] = [];
+    for (let i = 0; i < 5; i++) events.push(await recordRoutedEvent(db, inst.id));
+    start(db, { perDestinationConcurrency: 1, breakerThreshold: 2, breakerCooldownMs: 60_000 });
+    await receiver.waitForRequests(2);
+    await waitFor('every delivery handed back until the breaker closes', async () => {
+      const rows = await db('deliveries').whereIn('event_id', events.map((e) => e.id));
+      return rows.every((r) => new Date(r.next_attempt_at).getTime() > Date.now() + 30_000) ? rows : undefined;
+    });
+    const rows = await db('deliveries').whereIn('event_id', events.map((e) => e.id));
+    assert.equal(receiver.requests.length, 2);
+    assert.equal(rows.reduce((n, r) => n + r.attempts, 0), 2, 'only the two real attempts are counted');
+  });
+
+  it('two replicas on one database never attempt the same delivery concurrently', async () => {
+    const inFlightByEvent = new Map<string, number>();
+    let overlaps = 0;
+    receiver.respondWith((r) => {
+      const id = r.headers['x-service-event-id'];
+      const n = (inFlightByEvent.get(id) ?? 0) + 1;
+      inFlightByEvent.set(id, n);
+      if (n > 1) overlaps++;
+      setTimeout(() => inFlightByEvent.set(id, (inFlightByEvent.get(id) ?? 1) - 1), 30);
+      return { status: 200, delayMs: 30 };
+    });
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const events: EventEnvelope[] = [];
+    for (let i = 0; i < 60; i++) events.push(await recordRoutedEvent(db, inst.id));
+    const second = openDatabase({ databaseUrl: dbUrl, dataDir: '/nonexistent' });
+    try {
+      start(db, { perDestinationConcurrency: 8 });
+      start(second, { perDestinationConcurrency: 8 });
+      for (const e of events) await waitForStatus(db, e.id, 'delivered');
+      assert.equal(overlaps, 0);
+      const ids = receiver.requests.map((r) => r.headers['x-service-event-id']);
+      assert.equal(ids.length, 60, 'each delivery attempted exactly once');
+      assert.equal(new Set(ids).size, 60);
+    } finally {
+      for (const r of running) await r.stop();
+      running = [];
+      await second.destroy();
+    }
+  });
+
+  it('lists events newest first with their delivery result', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const first = await recordRoutedEvent(db, inst.id, 'message.sent', { messageId: 'a' });
+    const second = await recordRoutedEvent(db, inst.id, 'message.status', { messageId: 'a', status: 'read' });
+    start(db);
+    await waitForStatus(db, first.id, 'delivered');
+    await waitForStatus(db, second.id, 'delivered');
+    const list = await listEventsWithDelivery(db, inst.id);
+    assert.deepEqual(list.map((e) => e.id), [second.id, first.id]);
+    assert.deepEqual(list[0].data, second.data);
+    assert.equal(list[0].createdAt, second.createdAt);
+    assert.equal(list[0].type, 'message.status');
+    assert.equal(list[0].delivery.status, 'delivered');
+    assert.equal(list[0].delivery.url, receiver.url());
+    assert.equal(list[0].delivery.attempts, 1);
+    assert.equal(list[0].delivery.lastStatusCode, 200);
+    assert.equal(typeof list[0].delivery.deliveredAt, 'string');
+    assert.equal((await listEventsWithDelivery(db, inst.id, 1)).length, 1);
+  });
+
+  it('webhook save cancels only open deliveries whose URL was removed', async () => {
+    const keep = 'https://keep.example.com/h';
+    const drop1 = 'https://drop.example.com/h';
+    const oldConfig = { url: keep, received: drop1, delivery: '', status: '', connected: '', disconnected: '', presence: '' };
+    const inst = await createInstance(db, { webhook: oldConfig });
+    const toKeep = await recordRoutedEvent(db, inst.id, 'message.sent');
+    const toDrop = await recordRoutedEvent(db, inst.id, 'message.received', { from: '1@s.whatsapp.net', type: 'text' });
+    const droppedButDone = await recordRoutedEvent(db, inst.id, 'message.received', { from: '1@s.whatsapp.net', type: 'text' });
+    await db('deliveries').where({ event_id: droppedButDone.id }).update({ status: 'exhausted' });
+    const retrying = await recordRoutedEvent(db, inst.id, 'message.received', { from: '1@s.whatsapp.net', type: 'text' });
+    await db('deliveries').where({ event_id: retrying.id }).update({ status: 'retrying', attempts: 2 });
+
+    const newConfig = { ...oldConfig, received: '', status: keep };
+    const cancelled = await db.transaction((trx) => cancelDeliveriesForRemovedUrls(trx, inst.id, oldConfig, newConfig));
+    assert.equal(cancelled, 2);
+    assert.equal((await deliveryOf(db, toKeep.id)).status, 'pending');
+    assert.equal((await deliveryOf(db, toDrop.id)).status, 'cancelled');
+    assert.equal((await deliveryOf(db, retrying.id)).status, 'cancelled');
+    assert.equal((await deliveryOf(db, droppedButDone.id)).status, 'exhausted');
+  });
+
+  it('secret regeneration cancels every open delivery of the instance only', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example.com/h' } });
+    const other = await createInstance(db, { webhook: { url: 'https://a.example.com/h' } });
+    const open1 = await recordRoutedEvent(db, inst.id);
+    const open2 = await recordRoutedEvent(db, inst.id);
+    await db('deliveries').where({ event_id: open2.id }).update({ status: 'retrying' });
+    const done = await recordRoutedEvent(db, inst.id);
+    await db('deliveries').where({ event_id: done.id }).update({ status: 'delivered' });
+    const otherOpen = await recordRoutedEvent(db, other.id);
+    assert.equal(await db.transaction((trx) => cancelPendingDeliveries(trx, inst.id)), 2);
+    assert.equal((await deliveryOf(db, open1.id)).status, 'cancelled');
+    assert.equal((await deliveryOf(db, open2.id)).status, 'cancelled');
+    assert.equal((await deliveryOf(db, done.id)).status, 'delivered');
+    assert.equal((await deliveryOf(db, otherOpen.id)).status, 'pending');
+    // A cancelled delivery is never attempted.
+    start(db);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal((await deliveryOf(db, open1.id)).attempts, 0);
+  });
+
+  it('uses the current secret on every attempt (read fresh from the instance)', async () => {
+    receiver.respondWith((_r, i) => ({ status: i === 0 ? 500 : 200 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    start(db, { schedule: [0, 300, 50, 50, 50, 50, 50, 50] });
+    await receiver.waitForRequests(1);
+    await db('instances').where({ id: inst.id }).update({ webhook_secret_sealed: crypto.seal('whsec_new') });
+    await waitForStatus(db, event.id, 'delivered');
+    const second = receiver.requests[1];
+    assert.ok(verifySignature('whsec_new', second.headers['x-service-timestamp'], second.rawBody, second.headers['x-service-signature'], 300));
+  });
+});

@@ -1,0 +1,129 @@
+// Pure pieces of the dispatcher: signatures, address policy, Retry-After, backoff, breakers.
+import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
+import { retryDelayMs } from '../src/backoff.ts';
+import { CircuitBreakers } from '../src/breaker.ts';
+import { destinationKey } from '../src/destination.ts';
+import { checkWebhookUrl, isPublicAddress, parseRetryAfter } from '../src/egress.ts';
+import { computeSignature, signatureHeaders, verifySignature } from '../src/signing.ts';
+
+describe('signing', () => {
+  const secret = 'whsec_ünïcode-secret';
+  const body = '{"id":"evt_1","data":{"text":"olá"}}';
+
+  it('signs timestamp + "." + raw body with the secret as UTF-8 key', () => {
+    const expected = createHmac('sha256', Buffer.from(secret, 'utf8')).update(`1700000000.${body}`, 'utf8').digest('hex');
+    assert.equal(computeSignature(secret, 1700000000, body), expected);
+    assert.equal(computeSignature(secret, '1700000000', Buffer.from(body, 'utf8')), expected);
+  });
+
+  it('builds the attempt headers', () => {
+    const h = signatureHeaders({ eventId: 'evt_1', secret, rawBody: body, timestamp: 1700000000 });
+    assert.equal(h['content-type'], 'application/json');
+    assert.equal(h['x-service-event-id'], 'evt_1');
+    assert.equal(h['x-service-timestamp'], '1700000000');
+    assert.match(h['x-service-signature'], /^sha256=[0-9a-f]{64}$/);
+  });
+
+  it('verifies a fresh signature and rejects tampering, other secrets and old timestamps', () => {
+    const now = 1700000000_000;
+    const ts = String(now / 1000);
+    const header = signatureHeaders({ eventId: 'e', secret, rawBody: body, timestamp: now / 1000 })['x-service-signature'];
+    assert.equal(verifySignature(secret, ts, body, header, 300, now), true);
+    assert.equal(verifySignature(secret, ts, body + ' ', header, 300, now), false);
+    assert.equal(verifySignature('other', ts, body, header, 300, now), false);
+    assert.equal(verifySignature(secret, ts, body, header, 300, now + 301_000), false);
+    assert.equal(verifySignature(secret, ts, body, header.replace('sha256=', 'sha1='), 300, now), false);
+    assert.equal(verifySignature(secret, ts, body, 'sha256=zz', 300, now), false);
+    assert.equal(verifySignature(secret, 'abc', body, header, 300, now), false);
+  });
+});
+
+describe('isPublicAddress', () => {
+  const refused = [
+    '127.0.0.1', '127.255.255.254', '10.1.2.3', '172.16.0.1', '172.31.255.255', '192.168.1.1', '169.254.169.254',
+    '100.64.0.1', '100.127.255.255', '0.0.0.0', '224.0.0.1', '239.255.255.250', '255.255.255.255', '240.0.0.1',
+    '192.0.2.5', '198.51.100.7', '203.0.113.9', '198.18.0.1',
+    '::', '::1', '::ffff:127.0.0.1', '::ffff:8.8.8.8', '::ffff:7f00:1', 'fc00::1', 'fd12:3456::1', 'fe80::1', 'fe80::1%eth0',
+    'ff02::1', '64:ff9b::a00:1', '2001:db8::1', '2002:7f00:1::1', '2001:0:4136:e378::1',
+    'localhost', 'not-an-ip', '',
+  ];
+  const allowed = ['8.8.8.8', '1.1.1.1', '172.32.0.1', '100.128.0.1', '93.184.216.34', '2606:4700:4700::1111', '2a00:1450:4001::1'];
+  for (const ip of refused) it(`refuses ${ip || '(empty)'}`, () => assert.equal(isPublicAddress(ip), false));
+  for (const ip of allowed) it(`allows ${ip}`, () => assert.equal(isPublicAddress(ip), true));
+});
+
+describe('checkWebhookUrl', () => {
+  it('requires https, port 443 (unless private targets are allowed) and no credentials', () => {
+    assert.throws(() => checkWebhookUrl('http://example.com/', false), /https/);
+    assert.throws(() => checkWebhookUrl('https://example.com:8443/', false), /port 443/);
+    assert.doesNotThrow(() => checkWebhookUrl('https://example.com:8443/', true));
+    assert.throws(() => checkWebhookUrl('http://127.0.0.1:8443/', true), /https/);
+    assert.throws(() => checkWebhookUrl('https://u:p@example.com/', false), /credentials/);
+    assert.throws(() => checkWebhookUrl('nope', false), /not a valid URL/);
+    assert.doesNotThrow(() => checkWebhookUrl('https://example.com:443/x?y=1', false));
+  });
+});
+
+describe('parseRetryAfter', () => {
+  it('reads delta-seconds and HTTP dates', () => {
+    const now = Date.parse('2025-01-01T00:00:00Z');
+    assert.equal(parseRetryAfter('120', now), 120_000);
+    assert.equal(parseRetryAfter('Wed, 01 Jan 2025 00:00:30 GMT', now), 30_000);
+    assert.equal(parseRetryAfter('Tue, 31 Dec 2024 00:00:00 GMT', now), 0);
+    assert.equal(parseRetryAfter('soon', now), undefined);
+    assert.equal(parseRetryAfter(undefined, now), undefined);
+  });
+});
+
+describe('retryDelayMs', () => {
+  const schedule = [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000];
+  it('uses the schedule entry of the next attempt with ±20 % jitter', () => {
+    assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 1), 1000);
+    assert.equal(retryDelayMs({ schedule, random: () => 0 }, 1), 800);
+    assert.equal(retryDelayMs({ schedule, random: () => 0.999999 }, 3), 3600);
+    assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 7), 7000);
+  });
+  it('is undefined after the 8th attempt', () => {
+    assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 8), undefined);
+  });
+  it('honours Retry-After as a floor, capped', () => {
+    assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 1, 5000), 5000);
+    assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 1, 10), 1000);
+    assert.equal(retryDelayMs({ schedule, random: () => 0.5, retryAfterCapMs: 3000 }, 1, 99_000), 3000);
+  });
+});
+
+describe('CircuitBreakers', () => {
+  it('opens after the threshold, lets one probe through after the cool-down, closes on success', () => {
+    let now = 0;
+    const b = new CircuitBreakers({ threshold: 3, cooldownMs: 100, now: () => now });
+    b.onFailure('a');
+    b.onFailure('a');
+    assert.deepEqual(b.admit('a'), { allowed: true });
+    b.onFailure('a');
+    assert.deepEqual(b.admit('a'), { allowed: false, retryAt: 100 });
+    assert.deepEqual(b.admit('b'), { allowed: true }, 'other destinations are unaffected');
+    now = 100;
+    assert.deepEqual(b.admit('a'), { allowed: true }, 'the probe');
+    assert.equal(b.admit('a').allowed, false, 'only one probe at a time');
+    b.onSuccess('a');
+    assert.deepEqual(b.admit('a'), { allowed: true });
+  });
+  it('a failed probe opens it again', () => {
+    let now = 0;
+    const b = new CircuitBreakers({ threshold: 1, cooldownMs: 100, now: () => now });
+    b.onFailure('a');
+    now = 150;
+    assert.equal(b.admit('a').allowed, true);
+    b.onFailure('a');
+    assert.deepEqual(b.admit('a'), { allowed: false, retryAt: 250 });
+  });
+});
+
+describe('destinationKey', () => {
+  it('is the lower-cased scheme and authority', () => {
+    assert.equal(destinationKey('https://Hooks.Example.com/a/b?c=1'), 'https://hooks.example.com');
+    assert.equal(destinationKey('https://127.0.0.1:8443/x'), 'https://127.0.0.1:8443');
+  });
+});

@@ -1,0 +1,59 @@
+// The gateway's Koa application: a small core of middleware (problems, request id, rate limit,
+// origin) and a router built from the route list, which also produces the OpenAPI document.
+import Koa, { type Context } from 'koa';
+import Router from '@koa/router';
+import { randomUUID } from 'node:crypto';
+import type { GatewayDeps } from './deps.ts';
+import { problemResponder } from './http/errors.ts';
+import { rateLimiter } from './http/rate-limit.ts';
+import { originGuard } from './http/origin.ts';
+import { dashboardMiddleware } from '@switchboard/dashboard';
+import { authorize, bearerToken, resolvePrincipal } from './http/auth.ts';
+import { DEFAULT_BODY_LIMIT, readJsonBody } from './http/body.ts';
+import { parseOrThrow } from './http/validate.ts';
+import type { Route } from './http/route.ts';
+import { allRoutes } from './routes/index.ts';
+import { metricsEndpoint, observeRequests } from './http/observability.ts';
+import { createMetrics } from '@switchboard/core';
+
+export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(deps)): Koa {
+  const app = new Koa();
+  app.proxy = deps.config.trustProxy;
+  app.silent = true; // errors are logged by problemResponder, once
+  const metrics = deps.metrics ?? createMetrics({ db: deps.db, bus: deps.bus });
+  app.use(observeRequests(metrics, deps.log)); // outermost: sees the final status of every request
+  app.use(problemResponder(deps.log));
+  app.use(async (ctx, next) => {
+    const requestId = ctx.get('x-request-id').slice(0, 128) || randomUUID();
+    ctx.state.requestId = requestId;
+    ctx.set('X-Request-Id', requestId);
+    await next();
+  });
+  app.use(metricsEndpoint(metrics));
+  app.use(rateLimiter({ limit: deps.config.rateLimitPerMinute, trustProxy: deps.config.trustProxy }));
+  app.use(originGuard(deps.config.publicBaseUrl, deps.config.allowedOrigins));
+  app.use(dashboardMiddleware());
+
+  const router = new Router();
+  for (const r of routes) router[r.method](koaPath(r.path), (ctx: Context) => handle(ctx, r, deps));
+  app.use(router.routes());
+  app.use(router.allowedMethods({ throw: false }));
+  return app;
+}
+
+async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> {
+  const params = (ctx as any).params as Record<string, string>;
+  const principal = r.auth === 'none' ? undefined : await resolvePrincipal(deps, bearerToken(ctx));
+  authorize(r.auth, principal, params.id);
+  const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
+  const body = r.body ? parseOrThrow(r.body, rawBody ?? {}, 'body') : undefined;
+  const query = r.query ? parseOrThrow(r.query, ctx.query, 'query') : undefined;
+  const result = await r.handler({ ctx, deps, principal, params, body, query });
+  for (const [k, v] of Object.entries(result.headers ?? {})) ctx.set(k, v);
+  ctx.status = result.status ?? 200;
+  if (result.body !== undefined) ctx.body = result.body;
+}
+
+export function koaPath(openApiPath: string): string {
+  return openApiPath.replace(/\{(\w+)\}/g, ':$1');
+}

@@ -1,0 +1,26 @@
+// Everything a route may use, passed explicitly (no module-level state).
+import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
+
+export interface GatewayDeps {
+  config: Config;
+  db: Db;
+  crypto: Crypto;
+  bus: Bus;
+  relay: OutboxRelay;
+  runtime: SessionRuntime;
+  media: MediaStore;
+  log: Logger;
+  adminKey: string;
+  /** Cluster mode: keeps Kubernetes Instance resources in step with the API (undefined embedded). */
+  resources?: InstanceResources;
+  startedAt: Date;
+  /** The process's metrics registry (served at GET /metrics); the app creates one when absent. */
+  metrics?: Metrics;
+}
+
+/** Kubernetes Instance/Project resources written by the gateway in cluster mode. */
+export interface InstanceResources {
+  apply(instance: { id: string; name: string; projectId: string | null; paused: boolean }): Promise<void>;
+  requestReset(id: string): Promise<void>;
+  delete(id: string): Promise<void>;
+}

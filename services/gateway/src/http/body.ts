@@ -1,0 +1,57 @@
+// JSON request bodies, read with a size limit. A declared Content-Length over the limit is
+// refused before reading a byte; a chunked body is cut off as soon as it passes the limit.
+import type { Context } from 'koa';
+import { Problem, problems } from '@switchboard/core';
+
+export const DEFAULT_BODY_LIMIT = 1024 * 1024;
+
+export async function readJsonBody(ctx: Context, limit: number): Promise<unknown> {
+  const declared = Number(ctx.get('content-length') || NaN);
+  if (declared > limit) throw tooLarge(limit);
+  const raw = await readLimited(ctx, limit);
+  if (raw.length === 0) return undefined;
+  try {
+    return JSON.parse(raw.toString('utf8'));
+  } catch {
+    throw problems.badRequest('invalid_json', 'The request body is not valid JSON.');
+  }
+}
+
+function tooLarge(limit: number): Problem {
+  return new Problem(413, 'body_too_large', `The request body exceeds ${limit} bytes.`);
+}
+
+function readLimited(ctx: Context, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const req = ctx.req;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        cleanup();
+        req.resume(); // discard the rest; the connection is closed after the response
+        ctx.set('Connection', 'close');
+        reject(tooLarge(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(new Problem(400, 'body_unreadable', `The request body could not be read: ${err.message}`));
+    };
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+  });
+}

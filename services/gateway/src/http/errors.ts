@@ -1,0 +1,33 @@
+// Turns anything thrown into an RFC 9457 problem document. Unknown errors become a 500 with
+// a generic detail: the stack trace goes to the log, never to the client.
+import type { Context, Next } from 'koa';
+import { Problem, type Logger } from '@switchboard/core';
+
+export function problemResponder(log: Logger) {
+  return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined) throw new Problem(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
+      if (ctx.status === 405 && !ctx.body) throw new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
+    } catch (err) {
+      const problem = toProblem(err);
+      if (problem.status >= 500) log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
+      ctx.status = problem.status;
+      ctx.type = 'application/problem+json';
+      ctx.body = JSON.stringify(problem.toJSON());
+      for (const [k, v] of Object.entries(problem.headers)) ctx.set(k, v);
+    }
+  };
+}
+
+export function toProblem(err: unknown): Problem {
+  if (err instanceof Problem) return err;
+  const e = err as { status?: number; statusCode?: number; expose?: boolean; type?: string; message?: string };
+  const status = e?.status ?? e?.statusCode;
+  // Errors raised by Koa/raw-body/router for client faults (4xx) are safe to describe.
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    if (status === 413) return new Problem(413, 'body_too_large', 'The request body is too large.');
+    return new Problem(status, 'bad_request', e.expose && e.message ? e.message : 'The request could not be processed.');
+  }
+  return new Problem(500, 'internal_error', 'An unexpected error occurred; it has been logged. Retry later.');
+}

@@ -1,0 +1,55 @@
+// Observability of the HTTP API: a SERVER span per request (continuing a client's traceparent),
+// request metrics by route template, one log line per request with its id, and GET /metrics.
+//
+// Why our own server span: the OpenTelemetry http/koa auto-instrumentation patches modules as they
+// are loaded, and under tsx/ESM the gateway's `node:http` and `koa` imports are loaded before (and
+// outside) those patches. When the auto-instrumentation did create a span for the request, this
+// middleware reuses it instead of nesting a second one.
+import type { Context, Next } from 'koa';
+import { context, trace } from '@opentelemetry/api';
+import { contextFromHeaders, markFailed, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
+
+/** Route label of requests that matched no route (bounded: never the raw path). */
+const UNMATCHED = 'unmatched';
+
+export function observeRequests(metrics: Metrics, log: Logger) {
+  return async (ctx: Context, next: Next): Promise<void> => {
+    const started = process.hrtime.bigint();
+    const existing = trace.getActiveSpan();
+    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': ctx.path } }, contextFromHeaders(ctx.headers));
+    try {
+      await context.with(trace.setSpan(context.active(), span), next);
+    } catch (err) {
+      markFailed(span, err);
+      throw err;
+    } finally {
+      const route = routeOf(ctx);
+      const status = String(ctx.status);
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      metrics.httpRequests.inc({ method: ctx.method, route, status });
+      metrics.httpDuration.observe({ method: ctx.method, route, status }, seconds);
+      span.setAttribute('http.route', route);
+      span.setAttribute('http.response.status_code', ctx.status);
+      if (!existing) {
+        span.updateName(`${ctx.method} ${route}`);
+        span.end();
+      }
+      log.info({ requestId: ctx.state.requestId, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1000) }, 'request');
+    }
+  };
+}
+
+/** GET /metrics: the Prometheus exposition, without credentials (like /health). */
+export function metricsEndpoint(metrics: Metrics) {
+  return async (ctx: Context, next: Next): Promise<void> => {
+    if (ctx.path !== '/metrics' || ctx.method !== 'GET') return next();
+    ctx.body = await metrics.render();
+    ctx.type = metrics.contentType;
+  };
+}
+
+function routeOf(ctx: Context): string {
+  const matched = (ctx as Context & { _matchedRoute?: string | RegExp })._matchedRoute;
+  if (typeof matched === 'string') return matched;
+  return ctx.path === '/metrics' ? '/metrics' : UNMATCHED;
+}

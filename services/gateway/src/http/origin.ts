@@ -1,0 +1,23 @@
+// Browser requests must come from the service's own origin or an allowed one (403 otherwise).
+// Requests without an Origin header (servers, curl) are not browser requests and pass.
+import type { Context, Next } from 'koa';
+import { problems } from '@switchboard/core';
+
+export function originGuard(publicBaseUrl: string, allowedOrigins: string[]) {
+  const allowed = new Set([new URL(publicBaseUrl).origin, ...allowedOrigins]);
+  return async function checkOrigin(ctx: Context, next: Next): Promise<void> {
+    const origin = ctx.get('origin');
+    if (!origin) return next();
+    if (!allowed.has(origin)) throw problems.forbidden(`Origin ${origin} is not allowed; add it to ALLOWED_ORIGINS.`);
+    ctx.set('Access-Control-Allow-Origin', origin);
+    ctx.set('Vary', 'Origin');
+    if (ctx.method === 'OPTIONS') {
+      ctx.set('Access-Control-Allow-Methods', 'GET, POST, PUT, PATCH, DELETE');
+      ctx.set('Access-Control-Allow-Headers', 'Authorization, Content-Type, Idempotency-Key');
+      ctx.set('Access-Control-Max-Age', '600');
+      ctx.status = 204;
+      return;
+    }
+    return next();
+  };
+}

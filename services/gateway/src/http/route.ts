@@ -1,0 +1,43 @@
+// A route is data: method, path, auth, schemas and a handler. The router and the OpenAPI
+// document are both built from the same list (see app.ts and openapi.ts).
+import type { Context } from 'koa';
+import type { z } from 'zod';
+import type { GatewayDeps } from '../deps.ts';
+import type { Principal } from './auth.ts';
+
+export type Auth = 'none' | 'admin' | 'any';
+
+export interface RouteRequest<B = unknown, Q = unknown> {
+  ctx: Context;
+  deps: GatewayDeps;
+  principal: Principal | undefined;
+  params: Record<string, string>;
+  body: B;
+  query: Q;
+}
+
+export interface RouteResult {
+  status?: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface Route<B = any, Q = any> {
+  method: 'get' | 'post' | 'put' | 'patch' | 'delete';
+  /** OpenAPI-style path: /api/instances/{id} */
+  path: string;
+  auth: Auth;
+  summary: string;
+  tag: string;
+  body?: z.ZodType<B>;
+  query?: z.ZodType<Q>;
+  /** Largest accepted request body in bytes (default 1 MiB). */
+  bodyLimit?: number;
+  /** Route handles the raw body itself (no JSON parsing), e.g. large media sends. */
+  responses: Record<number, z.ZodType | string>;
+  handler(req: RouteRequest<B, Q>): Promise<RouteResult>;
+}
+
+export function route<B = undefined, Q = undefined>(r: Route<B, Q>): Route<B, Q> {
+  return r;
+}

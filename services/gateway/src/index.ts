@@ -1,0 +1,5 @@
+export { createGatewayApp } from './app.ts';
+export { buildOpenApiDocument } from './openapi.ts';
+export { allRoutes } from './routes/index.ts';
+export type { GatewayDeps, InstanceResources } from './deps.ts';
+export { listen } from './listen.ts';

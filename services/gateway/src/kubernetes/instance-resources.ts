@@ -1,0 +1,122 @@
+// Cluster mode: the gateway writes the desired run state of each instance to its Instance
+// resource (crds/instances.switchboard.dev.yaml); the operator does the rest. Writes use
+// server-side apply with field manager `gateway`, so the gateway owns exactly the fields it sets
+// and never overwrites the operator's status. When the Kubernetes API cannot be reached the
+// operations fail fast with a 503 problem `kubernetes_unavailable`; everything else the gateway
+// does keeps working.
+import { readFileSync } from 'node:fs';
+import { CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { Problem } from '@switchboard/core';
+
+export const FIELD_MANAGER = 'gateway';
+const GROUP = 'switchboard.dev';
+const VERSION = 'v1alpha1';
+const PLURAL = 'instances';
+/** Marks resources created through the API (see services/operator/src/resources.ts, ORIGIN_LABEL). */
+const ORIGIN_LABEL = 'switchboard.dev/origin';
+
+export interface InstanceDesiredState {
+  id: string;
+  name: string;
+  projectId: string | null;
+  paused: boolean;
+}
+
+export interface InstanceResourcesOptions {
+  /** Give up on a call after this long (an unreachable API server may not refuse, just hang). */
+  timeoutMs?: number;
+}
+
+export class KubernetesInstanceResources {
+  private readonly timeoutMs: number;
+
+  constructor(
+    private readonly api: CustomObjectsApi,
+    readonly namespace: string,
+    options: InstanceResourcesOptions = {},
+  ) {
+    this.timeoutMs = options.timeoutMs ?? 5000;
+  }
+
+  /** In-cluster service account, or KUBECONFIG; namespace from KUBERNETES_NAMESPACE. */
+  static fromEnvironment(env: Record<string, string | undefined> = process.env, options?: InstanceResourcesOptions): KubernetesInstanceResources {
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromDefault();
+    const namespace =
+      env.KUBERNETES_NAMESPACE?.trim() ||
+      readIfPresent('/var/run/secrets/kubernetes.io/serviceaccount/namespace') ||
+      kubeConfig.getContextObject(kubeConfig.getCurrentContext())?.namespace ||
+      'default';
+    return new KubernetesInstanceResources(kubeConfig.makeApiClient(CustomObjectsApi), namespace, options);
+  }
+
+  /** Creates or updates the Instance (on create, rename, connect, disconnect). */
+  async apply(instance: InstanceDesiredState): Promise<void> {
+    const body = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'Instance',
+      metadata: { name: instance.id, namespace: this.namespace, labels: { [ORIGIN_LABEL]: 'api' } },
+      spec: { displayName: instance.name, paused: instance.paused, ...(instance.projectId ? { projectRef: instance.projectId } : {}) },
+    };
+    // force: the gateway is the authority for these fields even if the operator applied them first.
+    await this.call(() =>
+      this.api.patchNamespacedCustomObject(
+        { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: instance.id, body, fieldManager: FIELD_MANAGER, force: true },
+        setHeaderOptions('Content-Type', PatchStrategy.ServerSideApply),
+      ),
+    );
+  }
+
+  /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */
+  async requestReset(id: string, now = new Date()): Promise<void> {
+    // A merge patch, not an apply: an apply of this one field would drop the others the gateway owns.
+    const body = { spec: { resetRequestedAt: now.toISOString().replace(/\.\d+Z$/, 'Z') } };
+    await this.call(() =>
+      this.api.patchNamespacedCustomObject(
+        { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id, body, fieldManager: FIELD_MANAGER },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      ),
+    );
+  }
+
+  /** Deletes the Instance; the operator stops the session and removes the records. Idempotent. */
+  async delete(id: string): Promise<void> {
+    await this.call(() => this.api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id }), [404]);
+  }
+
+  private async call(op: () => Promise<unknown>, ignore: number[] = []): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(unavailable()), this.timeoutMs);
+    });
+    try {
+      await Promise.race([op(), timeout]);
+    } catch (err) {
+      if (err instanceof Problem) throw err;
+      const status = statusOf(err);
+      if (status !== undefined && ignore.includes(status)) return;
+      if (status === undefined || status === 429 || status >= 500) throw unavailable();
+      if (status === 404) throw new Problem(503, 'kubernetes_unavailable', 'The instance resource does not exist in the cluster yet; retry shortly.', undefined, { 'Retry-After': '5' });
+      throw new Problem(500, 'kubernetes_error', `The Kubernetes API refused the change (HTTP ${status}).`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function unavailable(): Problem {
+  return new Problem(503, 'kubernetes_unavailable', 'The Kubernetes API is not reachable right now; retry shortly.', undefined, { 'Retry-After': '5' });
+}
+
+function statusOf(err: unknown): number | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+function readIfPresent(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}

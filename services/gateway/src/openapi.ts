@@ -1,0 +1,66 @@
+// GET /openapi.json: an OpenAPI 3.1 document generated from the route list and the zod schemas
+// that validate requests, so it always describes what the server enforces.
+import { z } from 'zod';
+import { createDocument } from 'zod-openapi';
+import { route, type Route } from './http/route.ts';
+import { ProblemDocument } from './schemas.ts';
+
+const PROBLEM_STATUSES = [400, 401, 403, 404, 409, 413, 422, 429];
+
+export function buildOpenApiDocument(routes: Route[]): object {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    const pathParams = [...r.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]);
+    const operation: Record<string, unknown> = {
+      summary: r.summary,
+      tags: [r.tag],
+      security: r.auth === 'none' ? [] : [{ bearer: [] }],
+      responses: responsesOf(r),
+    };
+    const requestParams: Record<string, z.ZodObject> = {};
+    if (pathParams.length) requestParams.path = z.object(Object.fromEntries(pathParams.map((p) => [p, z.string()])));
+    if (r.query && r.query instanceof z.ZodObject) requestParams.query = r.query;
+    if (r.path.endsWith('/messages') && r.method === 'post') requestParams.header = z.object({ 'Idempotency-Key': z.string().max(128).optional() });
+    if (Object.keys(requestParams).length) operation.requestParams = requestParams;
+    if (r.body) operation.requestBody = { required: true, content: { 'application/json': { schema: r.body } } };
+    (paths[r.path] ??= {})[r.method] = operation;
+  }
+  return createDocument({
+    openapi: '3.1.0',
+    info: { title: 'Switchboard API', version: '0.2.0', description: 'Messaging gateway: projects, instances, sends, incoming messages, events and signed webhooks.' },
+    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+    paths: paths as any,
+  });
+}
+
+function responsesOf(r: Route): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [status, spec] of Object.entries(r.responses)) {
+    out[status] = typeof spec === 'string' || Number(status) >= 400
+      ? problemResponse(typeof spec === 'string' ? spec : 'error')
+      : { description: 'success', content: { 'application/json': { schema: spec } } };
+    if (typeof spec === 'string' && Number(status) < 400) out[status] = { description: spec };
+  }
+  for (const status of PROBLEM_STATUSES) {
+    if (r.auth === 'none' && (status === 401 || status === 403)) continue;
+    out[String(status)] ??= problemResponse('see the problem document');
+  }
+  return out;
+}
+
+function problemResponse(description: string) {
+  return { description, content: { 'application/problem+json': { schema: ProblemDocument } } };
+}
+
+export function openApiRoute(routes: Route[]): Route {
+  let cached: object | undefined;
+  return route({
+    method: 'get',
+    path: '/openapi.json',
+    auth: 'none',
+    tag: 'meta',
+    summary: 'This OpenAPI document',
+    responses: { 200: 'OpenAPI 3.1 document' },
+    handler: async () => ({ body: (cached ??= buildOpenApiDocument(routes)) }),
+  });
+}

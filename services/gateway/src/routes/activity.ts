@@ -1,0 +1,113 @@
+// What arrived (incoming), what was emitted (events with delivery results) and the media files.
+import { z } from 'zod';
+import { getMediaRecord, listEventsWithDelivery, MediaIntegrityError, mediaLink, Problem, problems, readMedia, retryEvent, verifyMediaLink } from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
+import { route } from '../http/route.ts';
+import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
+import { EventRecord, IncomingRecord, listOf } from '../schemas.ts';
+import { incomingRecord } from '../records.ts';
+import { loadInstance } from './common.ts';
+
+const MEDIA_READ_TIMEOUT_MS = 20_000;
+
+export function mediaUrlFor(deps: GatewayDeps, instanceId: string) {
+  return (mediaId: string) => mediaLink(deps.crypto, deps.config.publicBaseUrl, instanceId, mediaId, deps.config.mediaLinkTtlSeconds);
+}
+
+export const activityRoutes = [
+  route({
+    method: 'get',
+    path: '/api/instances/{id}/incoming',
+    auth: 'any',
+    tag: 'activity',
+    summary: 'The last 50 received messages, including the instance’s own',
+    responses: { 200: listOf(IncomingRecord) },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      const rows = await deps.db('incoming').where({ instance_id: params.id }).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(50);
+      return { body: { data: rows.map((r) => incomingRecord(r, mediaUrlFor(deps, params.id))) } };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/instances/{id}/events',
+    auth: 'any',
+    tag: 'activity',
+    summary: 'The last 50 events with their webhook delivery result',
+    responses: { 200: listOf(EventRecord) },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      return { body: { data: await listEventsWithDelivery(deps.db, params.id, 50) } };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/events/{eventId}/retry',
+    auth: 'admin',
+    tag: 'activity',
+    summary: 'Start a fresh delivery series for an exhausted event (same id and body)',
+    responses: { 202: EventRecord, 404: 'absent', 409: 'not exhausted' },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      return { status: 202, body: await retryEvent(deps.db, params.id, params.eventId) };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/instances/{id}/media/{mediaId}',
+    auth: 'none', // a credential of the instance or a valid signed link; checked in the handler
+    tag: 'activity',
+    summary: 'Download a media file (Bearer credential, or a signed link until it expires)',
+    query: z.object({ expires: z.string().max(20).optional(), signature: z.string().max(128).optional() }).loose(),
+    responses: { 200: 'the file', 401: 'no credential or bad link', 404: 'absent', 504: 'store time-out' },
+    handler: async ({ deps, ctx, params, query }) => {
+      await authorizeMedia(deps, ctx.get('authorization') ? bearerToken(ctx) ?? '' : undefined, params, query);
+      const record = await getMediaRecord(deps.db, params.id, params.mediaId);
+      if (!record) throw problems.notFound(`Media ${params.mediaId}`);
+      const bytes = await readMedia(deps.media, record.id, MEDIA_READ_TIMEOUT_MS).catch((err) => {
+        if (err instanceof MediaIntegrityError) throw new Problem(500, 'media_integrity_failed', 'The stored file failed its integrity check and is not served.');
+        throw err;
+      });
+      const fileName = record.fileName ?? `${record.id}${extensionFor(record.mimetype)}`;
+      return {
+        body: Buffer.from(bytes),
+        headers: {
+          'Content-Type': record.mimetype,
+          'Content-Length': String(bytes.byteLength),
+          'Content-Disposition': contentDisposition(fileName),
+          'Cache-Control': 'private, no-store',
+          'X-Content-Type-Options': 'nosniff',
+        },
+      };
+    },
+  }),
+];
+
+async function authorizeMedia(deps: GatewayDeps, token: string | undefined, params: Record<string, string>, query: { expires?: string; signature?: string }) {
+  if (token !== undefined) {
+    authorize('any', await resolvePrincipal(deps, token), params.id);
+    return;
+  }
+  if (query.expires && query.signature && verifyMediaLink(deps.crypto, params.id, params.mediaId, query.expires, query.signature)) return;
+  throw new Problem(401, 'unauthorized', 'Send a credential of this instance, or use a signed media link that has not expired.', undefined, { 'WWW-Authenticate': 'Bearer' });
+}
+
+function contentDisposition(fileName: string): string {
+  const ascii = fileName.replace(/[^\x20-\x7e]|["\\]/g, '_');
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(fileName)}`;
+}
+
+const EXTENSIONS: Record<string, string> = {
+  'image/jpeg': '.jpg',
+  'image/png': '.png',
+  'image/webp': '.webp',
+  'image/gif': '.gif',
+  'video/mp4': '.mp4',
+  'audio/ogg': '.ogg',
+  'audio/mpeg': '.mp3',
+  'application/pdf': '.pdf',
+};
+
+function extensionFor(mimetype: string): string {
+  return EXTENSIONS[mimetype.split(';')[0].trim()] ?? '';
+}

@@ -1,0 +1,102 @@
+// Statistics (counts by UTC date, direction and type) and diagnostics.
+import { z } from 'zod';
+import { mediaStats, problems } from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
+import { route } from '../http/route.ts';
+import { StatsQuery } from '../schemas.ts';
+
+const DAY_MS = 86_400_000;
+const MAX_RANGE_DAYS = 366;
+
+function parseDay(value: string | undefined, field: string): Date | undefined {
+  if (value === undefined) return undefined;
+  const d = new Date(`${value.slice(0, 10)}T00:00:00Z`);
+  if (Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== value.slice(0, 10)) {
+    throw problems.validation([{ path: field, message: 'must be a valid date such as 2026-01-31' }]);
+  }
+  return d;
+}
+
+export const adminRoutes = [
+  route({
+    method: 'get',
+    path: '/api/stats',
+    auth: 'admin',
+    tag: 'admin',
+    summary: 'Message counts by UTC date, direction and type (inclusive from/to dates)',
+    query: StatsQuery,
+    responses: {
+      200: z.object({ from: z.string(), to: z.string(), rows: z.array(z.object({ date: z.string(), direction: z.enum(['outbound', 'inbound']), type: z.string(), count: z.number() })) }),
+    },
+    handler: async ({ deps, query }) => {
+      const to = parseDay(query.to, 'to') ?? new Date(new Date().toISOString().slice(0, 10) + 'T00:00:00Z');
+      const from = parseDay(query.from, 'from') ?? new Date(to.getTime() - 29 * DAY_MS);
+      if (from > to) throw problems.validation([{ path: 'from', message: 'must not be after to' }]);
+      if ((to.getTime() - from.getTime()) / DAY_MS >= MAX_RANGE_DAYS) throw problems.validation([{ path: 'from', message: `the range is limited to ${MAX_RANGE_DAYS} days` }]);
+      const rows = await countMessages(deps, from, new Date(to.getTime() + DAY_MS), query.projectId, query.instanceId);
+      return { body: { from: from.toISOString().slice(0, 10), to: to.toISOString().slice(0, 10), rows } };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/diagnostics',
+    auth: 'admin',
+    tag: 'admin',
+    summary: 'State of instances, queues, deliveries and the media volume',
+    responses: { 200: z.record(z.string(), z.unknown()) },
+    handler: async ({ deps }) => ({ body: await diagnostics(deps) }),
+  }),
+];
+
+/** Outbound = API sends plus messages typed on the phone itself; inbound = everything else received. */
+async function countMessages(deps: GatewayDeps, from: Date, until: Date, projectId?: string, instanceId?: string) {
+  const { db } = deps;
+  const scope = (q: any, table: string) => {
+    q.where(`${table}.created_at`, '>=', from).andWhere(`${table}.created_at`, '<', until);
+    if (instanceId) q.andWhere(`${table}.instance_id`, instanceId);
+    if (projectId) q.whereIn(`${table}.instance_id`, db('instances').select('id').where({ project_id: projectId }));
+    return q;
+  };
+  const day = (table: string) => db.raw(`to_char(${table}.created_at at time zone 'UTC', 'YYYY-MM-DD') as date`);
+  const sends = scope(db('send_items').select(day('send_items'), db.raw(`'outbound' as direction`), 'type').count({ count: '*' }), 'send_items').groupByRaw('1, 2, 3');
+  const received = scope(
+    db('incoming')
+      .select(day('incoming'), db.raw(`case when from_me then 'outbound' else 'inbound' end as direction`), 'type')
+      .count({ count: '*' })
+      .where('from_api', false),
+    'incoming',
+  ).groupByRaw('1, 2, 3');
+  const counts = new Map<string, { date: string; direction: string; type: string; count: number }>();
+  for (const r of [...(await sends), ...(await received)]) {
+    const k = `${r.date}|${r.direction}|${r.type}`;
+    const row = counts.get(k) ?? { date: r.date, direction: r.direction, type: r.type, count: 0 };
+    row.count += Number(r.count);
+    counts.set(k, row);
+  }
+  return [...counts.values()].sort((a, b) => a.date.localeCompare(b.date) || a.direction.localeCompare(b.direction) || a.type.localeCompare(b.type));
+}
+
+async function diagnostics(deps: GatewayDeps) {
+  const { db } = deps;
+  const group = async (table: string, column: string): Promise<Record<string, number>> => {
+    const rows = await db(table).select(column).count({ count: '*' }).groupBy(column);
+    return Object.fromEntries(rows.map((r: any) => [r[column], Number(r.count)]));
+  };
+  const [instances, sends, deliveries, media, outbox] = await Promise.all([
+    group('instances', 'state'),
+    group('send_items', 'status'),
+    group('deliveries', 'status'),
+    mediaStats(db),
+    db('outbox').count({ count: '*' }).first(),
+  ]);
+  const perInstance = await db('send_items').select('instance_id').count({ queued: '*' }).where({ status: 'queued' }).groupBy('instance_id');
+  return {
+    version: '0.2.0',
+    uptimeSeconds: Math.round((Date.now() - deps.startedAt.getTime()) / 1000),
+    instances: { total: Object.values(instances).reduce((a, b) => a + b, 0), byState: instances },
+    queues: { byStatus: sends, queuedByInstance: Object.fromEntries(perInstance.map((r: any) => [r.instance_id, Number(r.queued)])) },
+    deliveries: { byStatus: deliveries },
+    outbox: { pending: Number(outbox?.count ?? 0) },
+    media,
+  };
+}

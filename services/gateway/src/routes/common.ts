@@ -1,0 +1,17 @@
+// Small lookups shared by several route modules.
+import { problems } from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
+
+export async function loadInstance(deps: GatewayDeps, id: string): Promise<any> {
+  const row = await deps.db('instances').where({ id }).first();
+  if (!row) throw problems.notFound(`Instance ${id}`);
+  return row;
+}
+
+export async function assertProjectExists(deps: GatewayDeps, projectId: string | null | undefined): Promise<void> {
+  if (!projectId) return;
+  const row = await deps.db('projects').where({ id: projectId }).first('id');
+  if (!row) throw problems.notFound(`Project ${projectId}`);
+}
+
+export const deleted = (id: string) => ({ id, deleted: true });

@@ -1,0 +1,28 @@
+import { z } from 'zod';
+import { route } from '../http/route.ts';
+
+export const healthRoutes = [
+  route({
+    method: 'get',
+    path: '/health',
+    auth: 'none',
+    tag: 'health',
+    summary: 'The HTTP process is up (says nothing about network sessions)',
+    responses: { 200: z.object({ status: z.literal('ok') }) },
+    handler: async () => ({ body: { status: 'ok' } }),
+  }),
+  route({
+    method: 'get',
+    path: '/ready',
+    auth: 'none',
+    tag: 'health',
+    summary: 'The database and the bus answer',
+    responses: { 200: z.object({ status: z.literal('ready') }), 503: 'not ready' },
+    handler: async ({ deps }) => {
+      const checks = await Promise.allSettled([deps.db.raw('select 1'), deps.bus.pending('commands', '__ready_probe__')]);
+      const failed = checks.map((c, i) => (c.status === 'rejected' ? ['database', 'bus'][i] : null)).filter(Boolean);
+      if (failed.length) return { status: 503, body: { status: 'not_ready', failed } };
+      return { body: { status: 'ready' } };
+    },
+  }),
+];

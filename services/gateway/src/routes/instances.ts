@@ -1,0 +1,187 @@
+// Instances: records, lifecycle (connect, disconnect, reset, pairing) and credentials.
+import { z } from 'zod';
+import { newResourceId, Problem, problems, randomToken } from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
+import { route } from '../http/route.ts';
+import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
+import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
+import { instanceRecord } from '../records.ts';
+import { assertProjectExists, deleted, loadInstance } from './common.ts';
+
+/** A new instance token and the columns that store it (hashed for lookup, sealed for recovery). */
+export function issueInstanceToken(deps: Pick<GatewayDeps, 'crypto'>) {
+  const token = randomToken(INSTANCE_TOKEN_PREFIX);
+  return { token, columns: { token_hash: deps.crypto.hashToken(token), token_sealed: deps.crypto.seal(token) } };
+}
+
+async function reload(deps: GatewayDeps, id: string) {
+  return instanceRecord(await loadInstance(deps, id));
+}
+
+/** Cluster mode mirrors the desired run state into the Instance resource. */
+async function mirror(deps: GatewayDeps, row: any): Promise<void> {
+  await deps.resources?.apply({ id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) });
+}
+
+export const instanceRoutes = [
+  route({
+    method: 'get',
+    path: '/api/instances',
+    auth: 'admin',
+    tag: 'instances',
+    summary: 'List instances',
+    responses: { 200: listOf(InstanceRecord) },
+    handler: async ({ deps }) => {
+      const rows = await deps.db('instances').orderBy('created_at', 'desc').orderBy('id', 'desc');
+      return { body: { data: await Promise.all(rows.map(instanceRecord)) } };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances',
+    auth: 'admin',
+    tag: 'instances',
+    summary: 'Create an instance; the response carries its apiToken',
+    body: InstanceCreateBody,
+    responses: { 201: InstanceRecord.extend({ apiToken: z.string() }), 404: 'project absent' },
+    handler: async ({ deps, body }) => {
+      await assertProjectExists(deps, body.projectId);
+      const { token, columns } = issueInstanceToken(deps);
+      const [row] = await deps.db('instances')
+        .insert({ id: newResourceId('inst'), name: body.name, project_id: body.projectId ?? null, state: 'stopped', paused: false, ...columns })
+        .returning('*');
+      await mirror(deps, row);
+      return { status: 201, body: { ...(await instanceRecord(row)), apiToken: token } };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/instances/{id}',
+    auth: 'any',
+    tag: 'instances',
+    summary: 'Get an instance with its state and QR code',
+    responses: { 200: InstanceRecord, 404: 'absent' },
+    handler: async ({ deps, params }) => ({ body: await reload(deps, params.id) }),
+  }),
+  route({
+    method: 'patch',
+    path: '/api/instances/{id}',
+    auth: 'admin',
+    tag: 'instances',
+    summary: 'Rename an instance or move it to another project',
+    body: InstancePatchBody,
+    responses: { 200: InstanceRecord, 404: 'absent' },
+    handler: async ({ deps, params, body }) => {
+      await loadInstance(deps, params.id);
+      await assertProjectExists(deps, body.projectId);
+      const changes: Record<string, unknown> = { updated_at: deps.db.fn.now() };
+      if (body.name !== undefined) changes.name = body.name;
+      if (body.projectId !== undefined) changes.project_id = body.projectId;
+      const [row] = await deps.db('instances').where({ id: params.id }).update(changes).returning('*');
+      await mirror(deps, row);
+      return { body: await instanceRecord(row) };
+    },
+  }),
+  route({
+    method: 'delete',
+    path: '/api/instances/{id}',
+    auth: 'admin',
+    tag: 'instances',
+    summary: 'Delete an instance, its session and its records',
+    responses: { 200: 'deleted', 404: 'absent' },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      await deps.runtime.remove(params.id);
+      await deps.resources?.delete(params.id);
+      await deps.db('instances').where({ id: params.id }).delete();
+      return { body: deleted(params.id) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/connect',
+    auth: 'admin',
+    tag: 'lifecycle',
+    summary: 'Start the session; read the QR code and state by getting the instance',
+    responses: { 200: InstanceRecord },
+    handler: async ({ deps, params }) => {
+      const row = await loadInstance(deps, params.id);
+      await mirror(deps, { ...row, paused: false });
+      await deps.runtime.start(params.id);
+      return { body: await reload(deps, params.id) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/disconnect',
+    auth: 'admin',
+    tag: 'lifecycle',
+    summary: 'Pause the instance, keeping its credentials',
+    responses: { 200: InstanceRecord },
+    handler: async ({ deps, params }) => {
+      const row = await loadInstance(deps, params.id);
+      await mirror(deps, { ...row, paused: true });
+      await deps.runtime.stop(params.id);
+      return { body: await reload(deps, params.id) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/reset',
+    auth: 'admin',
+    tag: 'lifecycle',
+    summary: 'Unlink the instance and clear the session; a new pairing is required',
+    responses: { 200: InstanceRecord },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      await deps.resources?.requestReset(params.id);
+      await deps.runtime.reset(params.id);
+      return { body: await reload(deps, params.id) };
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/pairing-code',
+    auth: 'admin',
+    tag: 'lifecycle',
+    summary: 'Request a phone pairing code (one per interval; never logged)',
+    body: PairingBody,
+    responses: { 200: z.object({ code: z.string(), expiresAt: z.string() }), 409: 'already connected', 429: 'too soon' },
+    handler: async ({ deps, params, body }) => {
+      const row = await loadInstance(deps, params.id);
+      if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
+      await claimPairingSlot(deps, params.id);
+      let reply: Record<string, unknown>;
+      try {
+        if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
+          await mirror(deps, { ...row, paused: false });
+          await deps.runtime.start(params.id);
+        }
+        reply = await deps.runtime.call(params.id, 'pairing-code', { phone: body.phone });
+      } catch (err) {
+        // No code was issued: the client may ask again at once.
+        await deps.db('instances').where({ id: params.id }).update({ last_pairing_at: row.last_pairing_at });
+        throw err;
+      }
+      const expiresAt = new Date(Date.now() + 3 * 60_000).toISOString();
+      return { body: { code: String(reply.code), expiresAt }, headers: { 'Cache-Control': 'no-store' } };
+    },
+  }),
+];
+
+/** One pairing-code request per instance per interval, enforced atomically in the database. */
+async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {
+  const interval = deps.config.pairingCodeIntervalMs;
+  const cutoff = new Date(Date.now() - interval);
+  const claimed = await deps.db('instances')
+    .where({ id })
+    .andWhere((q) => q.whereNull('last_pairing_at').orWhere('last_pairing_at', '<=', cutoff))
+    .update({ last_pairing_at: new Date() });
+  if (!claimed) {
+    const row = await deps.db('instances').where({ id }).first('last_pairing_at');
+    const waitMs = Math.max(1000, new Date(row.last_pairing_at).getTime() + interval - Date.now());
+    throw new Problem(429, 'pairing_rate_limited', 'Only one pairing code per minute may be requested for an instance.', undefined, {
+      'Retry-After': String(Math.ceil(waitMs / 1000)),
+    });
+  }
+}

@@ -1,0 +1,92 @@
+// The send queue: accept (202), list the last 50, read one, cancel while queued.
+import { z } from 'zod';
+import { problems, recordEvent } from '@switchboard/core';
+import { route } from '../http/route.ts';
+import { Accepted, SendBody, SendItemRecord, listOf } from '../schemas.ts';
+import { sendItemRecord } from '../records.ts';
+import { acceptSend } from '../sending/accept.ts';
+import { loadInstance } from './common.ts';
+
+/** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread. */
+export const SEND_BODY_LIMIT = Math.ceil((32 * 1024 * 1024) / 3) * 4 + 256 * 1024;
+
+const IdempotencyKey = z.string().min(1).max(128).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+export const messageRoutes = [
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/messages',
+    auth: 'any',
+    tag: 'messages',
+    summary: 'Queue a message; acceptance does not prove delivery (follow message.status events)',
+    body: SendBody,
+    bodyLimit: SEND_BODY_LIMIT,
+    responses: { 202: Accepted, 400: 'invalid', 409: 'paused, offline or idempotency conflict', 413: 'media too large', 422: 'unsupported option or conversion failure', 429: 'queue full' },
+    handler: async ({ deps, ctx, params, body }) => {
+      const rawKey = ctx.get('idempotency-key');
+      let key: string | undefined;
+      if (rawKey !== '') {
+        const parsed = IdempotencyKey.safeParse(rawKey);
+        if (!parsed.success) throw problems.validation([{ path: 'Idempotency-Key', message: 'must be 1 to 128 printable characters' }]);
+        key = parsed.data;
+      }
+      const instance = await loadInstance(deps, params.id);
+      return { status: 202, body: await acceptSend(deps, params.id, body, key, instance) };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/instances/{id}/messages',
+    auth: 'any',
+    tag: 'messages',
+    summary: 'The last 50 sends, newest first',
+    responses: { 200: listOf(SendItemRecord) },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      const rows = await deps.db('send_items').where({ instance_id: params.id }).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(50);
+      return { body: { data: rows.map(sendItemRecord) } };
+    },
+  }),
+  route({
+    method: 'get',
+    path: '/api/instances/{id}/messages/{messageId}',
+    auth: 'any',
+    tag: 'messages',
+    summary: 'One send with its status',
+    responses: { 200: SendItemRecord, 404: 'absent' },
+    handler: async ({ deps, params }) => {
+      const row = await deps.db('send_items').where({ instance_id: params.id, id: params.messageId }).first();
+      if (!row) throw problems.notFound(`Message ${params.messageId}`);
+      return { body: sendItemRecord(row) };
+    },
+  }),
+  route({
+    method: 'delete',
+    path: '/api/instances/{id}/messages/{messageId}',
+    auth: 'any',
+    tag: 'messages',
+    summary: 'Cancel a send that is still queued',
+    responses: { 200: SendItemRecord, 404: 'absent', 409: 'no longer queued' },
+    handler: async ({ deps, params }) => {
+      const row = await deps.db.transaction(async (trx) => {
+        const [updated] = await trx('send_items')
+          .where({ instance_id: params.id, id: params.messageId, status: 'queued' })
+          .update({ status: 'cancelled', updated_at: trx.fn.now() })
+          .returning('*');
+        if (updated) {
+          await recordEvent(trx, {
+            instanceId: params.id,
+            type: 'message.failed',
+            data: { messageId: updated.id, messengerId: updated.messenger_id, phone: updated.phone, type: updated.type, error: { code: 'cancelled', message: 'Cancelled through the API before it was sent.' } },
+          });
+          return updated;
+        }
+        const existing = await trx('send_items').where({ instance_id: params.id, id: params.messageId }).first();
+        if (!existing) throw problems.notFound(`Message ${params.messageId}`);
+        throw problems.conflict('not_cancellable', `The message is ${existing.status}; only queued messages can be cancelled.`);
+      });
+      deps.relay.kick();
+      return { body: sendItemRecord(row) };
+    },
+  }),
+];

@@ -1,0 +1,49 @@
+// Sandbox network control (DESIGN §6): only when NETWORK_DRIVER=sandbox, admin key required.
+import { z } from 'zod';
+import { route } from '../http/route.ts';
+import type { Route } from '../http/route.ts';
+import { loadInstance } from './common.ts';
+
+const Phone = z.string().regex(/^\d{8,15}$/, 'phone digits with country code (8-15)');
+const bodies = {
+  scan: z.object({ phone: Phone }),
+  pair: z.object({ code: z.string().min(1).max(32) }),
+  inbound: z.object({
+    from: Phone,
+    type: z.enum(['text', 'image', 'audio', 'video', 'document', 'sticker']),
+    text: z.string().max(16000).optional(),
+    caption: z.string().max(16000).optional(),
+    group: z.string().regex(/^\d+(-\d+)?@g\.us$/, '<digits>@g.us').optional(),
+    lid: z.string().regex(/^\d+@lid$/, '<digits>@lid').optional(),
+    name: z.string().max(256).optional(),
+    fromMe: z.boolean().optional(),
+    mediaBase64: z.string().optional(),
+    mimetype: z.string().max(255).optional(),
+    fileName: z.string().max(255).optional(),
+    mediaUnavailable: z.boolean().optional(),
+    viewOnce: z.boolean().optional(),
+    voiceNote: z.boolean().optional(),
+    seconds: z.number().nonnegative().optional(),
+  }),
+  presence: z.object({ from: Phone, presence: z.enum(['available', 'unavailable', 'composing', 'recording', 'paused']) }),
+  drop: z.object({ reason: z.enum(['connection_lost', 'logged_out']) }),
+};
+
+export function sandboxRoutes(): Route[] {
+  return (Object.keys(bodies) as (keyof typeof bodies)[]).map((op) =>
+    route({
+      method: 'post',
+      path: `/sandbox/instances/{id}/${op}`,
+      auth: 'admin',
+      tag: 'sandbox',
+      summary: `Sandbox network: ${op}`,
+      body: bodies[op] as z.ZodType<Record<string, unknown>>,
+      bodyLimit: op === 'inbound' ? 48 * 1024 * 1024 : undefined,
+      responses: { 200: z.record(z.string(), z.unknown()), 409: 'not possible in this state' },
+      handler: async ({ deps, params, body }) => {
+        await loadInstance(deps, params.id);
+        return { body: await deps.runtime.call(params.id, `sandbox.${op}`, body) };
+      },
+    }),
+  );
+}

@@ -1,0 +1,127 @@
+// Request and response schemas. The same zod objects validate requests and generate
+// GET /openapi.json, so the document cannot drift from what the server enforces.
+import { z } from 'zod';
+import { SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestination } from '@switchboard/core';
+
+export const NAME = z.string().min(2).max(70);
+const ID = z.string().min(1).max(64);
+
+export const ProjectBody = z.object({ name: NAME, projectId: ID.regex(/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/, 'must be lowercase letters, digits and dashes, at most 40 characters').nullable().optional() });
+export const InstanceCreateBody = z.object({ name: NAME, projectId: ID.nullable().optional() });
+export const InstancePatchBody = z.object({ name: NAME.optional(), projectId: ID.nullable().optional() });
+export const AppCreateBody = z.object({ name: NAME, projectId: ID.nullable().optional() });
+export const PairingBody = z.object({ phone: z.string().regex(/^\d{8,15}$/, 'digits only: country code, area code and number, no signs') });
+
+const settingsShape = Object.fromEntries(SETTING_NAMES.map((n) => [n, z.boolean().optional()])) as Record<(typeof SETTING_NAMES)[number], z.ZodOptional<z.ZodBoolean>>;
+export const SettingsBody = z.strictObject(settingsShape);
+export const Settings = z.object(Object.fromEntries(SETTING_NAMES.map((n) => [n, z.boolean()])));
+
+const destinationShape = Object.fromEntries(WEBHOOK_DESTINATIONS.map((d) => [d, z.string().max(2048).optional()])) as Record<WebhookDestination, z.ZodOptional<z.ZodString>>;
+export const WebhookBody = z.strictObject({ ...destinationShape, format: z.string().optional(), settings: SettingsBody.optional() });
+export const WebhookConfig = z.object({
+  ...(Object.fromEntries(WEBHOOK_DESTINATIONS.map((d) => [d, z.string()])) as Record<WebhookDestination, z.ZodString>),
+  format: z.literal('native'),
+});
+
+export const MESSAGE_TYPES = ['text', 'image', 'audio', 'video', 'document', 'sticker'] as const;
+export const PHONE_FORMS = [/^\d{8,15}$/, /^\d+-group$/, /^\d+(-\d+)?@g\.us$/, /^\d+@lid$/];
+export const SendBody = z
+  .object({
+    phone: z.string().refine((p) => PHONE_FORMS.some((re) => re.test(p)), 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
+    type: z.enum(MESSAGE_TYPES),
+    text: z.string().max(16000).optional(),
+    base64: z.string().optional(),
+    mimetype: z.string().max(255).optional(),
+    caption: z.string().max(16000).optional(),
+    fileName: z.string().min(1).max(255).optional(),
+    ptt: z.boolean().optional(),
+  })
+  .superRefine((b, ctx) => {
+    if (b.type === 'text') {
+      if (b.text === undefined || b.text.length === 0) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
+      return;
+    }
+    if (b.base64 === undefined || b.base64.length === 0) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });
+    if (b.mimetype === undefined || b.mimetype.length === 0) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
+    if (b.type === 'audio' && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
+  });
+export type SendRequest = z.infer<typeof SendBody>;
+
+export const StatsQuery = z.object({
+  from: z.string().regex(/^\d{4}-\d{2}-\d{2}/, 'must be a date such as 2026-01-31').optional(),
+  to: z.string().regex(/^\d{4}-\d{2}-\d{2}/, 'must be a date such as 2026-01-31').optional(),
+  projectId: ID.optional(),
+  instanceId: ID.optional(),
+});
+
+// Response records (DESIGN §5 "Records"), for the OpenAPI document.
+const timestamps = { createdAt: z.string(), updatedAt: z.string() };
+export const ProjectRecord = z.object({ id: z.string(), name: z.string(), ...timestamps });
+export const InstanceRecord = z.object({
+  id: z.string(),
+  name: z.string(),
+  projectId: z.string().nullable(),
+  state: z.enum(['stopped', 'starting', 'awaiting_scan', 'connected', 'reconnecting', 'logged_out']),
+  connected: z.boolean(),
+  qrCode: z.string().nullable(),
+  qrImage: z.string().nullable(),
+  phone: z.string().nullable(),
+  paused: z.boolean(),
+  settings: Settings,
+  webhook: WebhookConfig,
+  ...timestamps,
+});
+export const AppRecord = z.object({ appId: z.string(), name: z.string(), projectId: z.string().nullable(), keyPrefix: z.string(), createdAt: z.string() });
+export const SendItemRecord = z.object({
+  id: z.string(),
+  messengerId: z.string(),
+  phone: z.string(),
+  type: z.string(),
+  status: z.string(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+  error: z.object({ code: z.string(), message: z.string() }).nullable(),
+});
+export const Accepted = z.object({ id: z.string(), messengerId: z.string(), status: z.string(), reused: z.boolean() });
+export const IncomingRecord = z.object({
+  id: z.string(),
+  messageId: z.string(),
+  from: z.string().nullable(),
+  phone: z.string().nullable(),
+  chatLid: z.string().nullable(),
+  participant: z.string().nullable(),
+  fromMe: z.boolean(),
+  fromApi: z.boolean(),
+  name: z.string().nullable(),
+  type: z.string(),
+  text: z.string().nullable(),
+  media: z.record(z.string(), z.unknown()).nullable(),
+  createdAt: z.string(),
+});
+export const EventRecord = z.object({
+  id: z.string(),
+  instanceId: z.string(),
+  type: z.string(),
+  createdAt: z.string(),
+  data: z.record(z.string(), z.unknown()),
+  delivery: z
+    .object({
+      status: z.string(),
+      url: z.string().nullable(),
+      attempts: z.number(),
+      lastStatusCode: z.number().nullable(),
+      lastError: z.string().nullable(),
+      nextAttemptAt: z.string().nullable(),
+      deliveredAt: z.string().nullable(),
+    })
+    .nullable(),
+});
+export const ProblemDocument = z.object({
+  type: z.string(),
+  title: z.string(),
+  status: z.number(),
+  detail: z.string(),
+  code: z.string(),
+  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+});
+export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item) });

@@ -1,0 +1,132 @@
+// Accepting a send (DESIGN §1 "Send", §5 "Sending"): validate, apply idempotency, store media,
+// then one transaction checks the queue limit and inserts the queue item with its outbox row (one
+// statement). The relay publishes it.
+import { createHash } from 'node:crypto';
+import {
+  newId,
+  newMessengerId,
+  Problem,
+  problems,
+  insertAndEnqueueOutbox,
+  subjects,
+  inSpan,
+  injectTraceparent,
+  type Db,
+} from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
+import type { SendRequest } from '../schemas.ts';
+import { settingsOf } from '../records.ts';
+import { prepareMedia } from './media.ts';
+
+export const QUEUE_LIMIT = 1000;
+const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
+
+export interface Accepted {
+  id: string;
+  messengerId: string;
+  status: string;
+  reused: boolean;
+}
+
+/** Accepts a send inside the "accept send" span; its traceparent is stored with the item and its
+ *  outbox row, so the session's send and the resulting webhooks continue this trace. */
+export function acceptSend(
+  deps: GatewayDeps,
+  instanceId: string,
+  req: SendRequest,
+  idempotencyKey: string | undefined,
+  /** The instance row when the caller has just read it (saves reading it again). */
+  instance?: InstanceRow,
+): Promise<Accepted> {
+  const attributes = { 'switchboard.instance_id': instanceId, 'switchboard.message.type': req.type };
+  return inSpan('accept send', { attributes }, async (span) => {
+    const accepted = await acceptSendNow(deps, instanceId, req, idempotencyKey, instance);
+    span.setAttribute('switchboard.message.id', accepted.id);
+    span.setAttribute('switchboard.message.reused', accepted.reused);
+    return accepted;
+  });
+}
+
+type InstanceRow = { paused: boolean; state: string; settings: unknown };
+
+async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, instance: InstanceRow | undefined): Promise<Accepted> {
+  const contentHash = hashContent(req);
+  if (idempotencyKey) {
+    const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
+    if (reused) return reused;
+  }
+  checkInstanceAcceptsSends(instanceId, instance ?? (await deps.db('instances').where({ id: instanceId }).first()));
+  const media = await prepareMedia(deps, instanceId, req);
+  const item = {
+    id: newId('msg'),
+    instance_id: instanceId,
+    messenger_id: newMessengerId(),
+    phone: req.phone,
+    type: req.type,
+    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName, mimetype: media?.mimetype ?? req.mimetype, ptt: req.ptt, mediaId: media?.id }),
+    status: 'queued',
+    idempotency_key: idempotencyKey ?? null,
+    content_hash: contentHash,
+    expires_at: new Date(Date.now() + deps.config.sendExpiryMs),
+    trace_context: injectTraceparent() ?? null,
+  };
+  try {
+    await deps.db.transaction(async (trx) => {
+      await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('id'); // serialises the queue limit check; NO KEY lets FK checks of other writers through
+      // Counting stops at the limit: a full queue costs no more to check than a nearly full one.
+      const queued = trx('send_items').where({ instance_id: instanceId, status: 'queued' }).limit(QUEUE_LIMIT).select(trx.raw('1'));
+      const [{ count }] = await trx.from(queued.as('q')).count({ count: '*' });
+      if (Number(count) >= QUEUE_LIMIT) {
+        throw new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
+      }
+      // The item and its outbox row in one statement (one round trip fewer).
+      await insertAndEnqueueOutbox(trx, trx('send_items').insert(item).returning('id'), {
+        subject: subjects.command(instanceId),
+        msgId: item.id,
+        payload: JSON.stringify({ id: item.id }),
+        headers: item.trace_context ? { traceparent: item.trace_context } : {},
+      });
+    });
+  } catch (err) {
+    // Two requests with one key raced: the loser answers from the winner's item.
+    if (idempotencyKey && isUniqueViolation(err)) {
+      const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
+      if (reused) return reused;
+    }
+    throw err;
+  }
+  deps.relay.kick();
+  return { id: item.id, messengerId: item.messenger_id, status: 'queued', reused: false };
+}
+
+async function findReusable(db: Db, instanceId: string, key: string, contentHash: string): Promise<Accepted | undefined> {
+  const row = await db('send_items').where({ instance_id: instanceId, idempotency_key: key }).first();
+  if (!row) return undefined;
+  if (Date.now() - new Date(row.created_at).getTime() > IDEMPOTENCY_TTL_MS) {
+    // Keys live 24 h: an old key is released so it can start a new operation.
+    await db('send_items').where({ id: row.id }).update({ idempotency_key: null });
+    return undefined;
+  }
+  if (row.content_hash !== contentHash) {
+    throw problems.conflict('idempotency_conflict', 'This Idempotency-Key was already used with different content; use a new key for a new message.');
+  }
+  return { id: row.id, messengerId: row.messenger_id, status: row.status, reused: true };
+}
+
+function checkInstanceAcceptsSends(instanceId: string, row: InstanceRow | undefined): void {
+  if (!row) throw problems.notFound(`Instance ${instanceId}`);
+  if (row.paused) throw problems.conflict('instance_paused', 'The instance was disconnected; connect it before sending.');
+  if (settingsOf(row).disableOfflineQueue && row.state !== 'connected') {
+    throw problems.conflict('instance_offline', 'The instance is not connected and disableOfflineQueue is on.');
+  }
+}
+
+/** Canonical content: the same message always hashes the same, whatever the key order. */
+export function hashContent(req: SendRequest): string {
+  const canonical = [req.phone, req.type, req.text ?? null, req.base64 ?? null, req.mimetype ?? null, req.caption ?? null, req.fileName ?? null, req.ptt ?? false];
+  return createHash('sha256').update(JSON.stringify(canonical)).digest('hex');
+}
+
+function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: string })?.code === '23505';
+}

@@ -1,0 +1,39 @@
+// Media of a send: decoded once, checked, converted to a voice note when asked, and stored
+// encrypted before the queue item exists (an orphan blob is removed by retention).
+import { Problem, storeMedia } from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
+import type { SendRequest } from '../schemas.ts';
+import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
+import { convertToVoiceNote } from '../media/voice-note.ts';
+
+export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: SendRequest): Promise<{ id: string; mimetype: string } | undefined> {
+  if (req.type === 'text') {
+    if (req.ptt) throw unsupported('ptt is only for audio');
+    return undefined;
+  }
+  if (req.ptt && req.type !== 'audio') throw unsupported('ptt is only for audio');
+  assertMimetype(req.type, req.mimetype!);
+  let bytes: Uint8Array = decodeBase64Strict(req.base64!);
+  let mimetype = req.mimetype!;
+  let seconds: number | null = null;
+  if (req.type === 'audio' && req.ptt) {
+    const note = await convertToVoiceNote(bytes);
+    bytes = note.bytes;
+    seconds = note.seconds;
+    mimetype = 'audio/ogg; codecs=opus';
+  }
+  const record = await storeMedia(deps.db, deps.media, {
+    instanceId,
+    direction: 'outbound',
+    mimetype,
+    fileName: req.fileName ?? null,
+    seconds,
+    voiceNote: Boolean(req.ptt),
+    bytes,
+  });
+  return { id: record.id, mimetype };
+}
+
+function unsupported(detail: string): Problem {
+  return new Problem(422, 'unsupported_option', detail, [{ path: 'ptt', message: detail }]);
+}

@@ -1,0 +1,326 @@
+// The management half of the API over real HTTP, on PGlite and on PostgreSQL.
+import assert from 'node:assert/strict';
+import { startTestServer, type StorageKind, type TestServer } from '../../../test/support/server.ts';
+
+const name = (n: number) => 'x'.repeat(n);
+
+function assertProblem(res: { status: number; headers: Headers; body: any }, status: number, code?: string) {
+  assert.equal(res.status, status, JSON.stringify(res.body));
+  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/);
+  assert.equal(res.body.status, status);
+  assert.equal(typeof res.body.title, 'string');
+  assert.equal(typeof res.body.detail, 'string');
+  assert.equal(typeof res.body.type, 'string');
+  if (code) assert.equal(res.body.code, code);
+}
+
+for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
+  describe(`management API (${storage})`, function () {
+    this.timeout(60_000);
+    let t: TestServer;
+
+    before(async () => {
+      t = await startTestServer({ storage });
+    });
+    after(async () => {
+      await t?.stop();
+    });
+
+    const createInstance = async (n = 'Support line', projectId?: string | null) => {
+      const res = await t.admin.post('/api/instances', { name: n, projectId });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      return res.body;
+    };
+
+    it('health needs no credential, ready checks storage and bus, openapi is served', async () => {
+      const health = await t.client().get('/health');
+      assert.equal(health.status, 200);
+      assert.deepEqual(health.body, { status: 'ok' });
+      assert.equal((await t.client().get('/ready')).status, 200);
+      const doc = await t.client().get('/openapi.json');
+      assert.equal(doc.status, 200);
+      assert.equal(doc.body.openapi, '3.1.0');
+      assert.ok(doc.body.paths['/api/instances/{id}/messages'].post);
+    });
+
+    it('unknown routes and methods answer with problem documents', async () => {
+      assertProblem(await t.admin.get('/api/nope'), 404, 'not_found');
+      assertProblem(await t.admin.request('PATCH', '/api/stats'), 405);
+    });
+
+    describe('projects', () => {
+      it('creates, lists, renames and deletes with name boundaries', async () => {
+        assertProblem(await t.admin.post('/api/projects', { name: name(1) }), 400, 'validation_failed');
+        assertProblem(await t.admin.post('/api/projects', { name: name(71) }), 400, 'validation_failed');
+        assertProblem(await t.admin.post('/api/projects', {}), 400, 'validation_failed');
+        const short = await t.admin.post('/api/projects', { name: name(2) });
+        assert.equal(short.status, 201);
+        const long = await t.admin.post('/api/projects', { name: name(70) });
+        assert.equal(long.status, 201);
+        assert.deepEqual(Object.keys(long.body).sort(), ['createdAt', 'id', 'name', 'updatedAt']);
+        const list = await t.admin.get('/api/projects');
+        assert.equal(list.status, 200);
+        assert.ok(list.body.data.some((p: any) => p.id === short.body.id));
+        assert.equal(list.body.data[0].id, long.body.id, 'newest first');
+
+        const renamed = await t.admin.patch(`/api/projects/${short.body.id}`, { name: 'Renamed' });
+        assert.equal(renamed.status, 200);
+        assert.equal(renamed.body.name, 'Renamed');
+        assertProblem(await t.admin.patch(`/api/projects/${short.body.id}`, { name: 'R' }), 400);
+        assertProblem(await t.admin.patch(`/api/projects/${short.body.id}`, { name: 'Renamed', projectId: 'other' }), 400);
+        assertProblem(await t.admin.patch('/api/projects/absent', { name: 'Whatever' }), 404);
+        assert.equal((await t.admin.delete(`/api/projects/${short.body.id}`)).status, 200);
+        assertProblem(await t.admin.delete(`/api/projects/${short.body.id}`), 404);
+      });
+
+      it('accepts a client-chosen projectId once', async () => {
+        const first = await t.admin.post('/api/projects', { name: 'Acme', projectId: `acme-${storage}` });
+        assert.equal(first.status, 201);
+        assert.equal(first.body.id, `acme-${storage}`);
+        assertProblem(await t.admin.post('/api/projects', { name: 'Acme', projectId: `acme-${storage}` }), 409, 'project_exists');
+        assertProblem(await t.admin.post('/api/projects', { name: 'Acme', projectId: 'Not A Name!' }), 400);
+      });
+
+      it('deleting a project keeps its instances', async () => {
+        const project = (await t.admin.post('/api/projects', { name: 'Temporary' })).body;
+        const instance = await createInstance('In project', project.id);
+        assert.equal(instance.projectId, project.id);
+        await t.admin.delete(`/api/projects/${project.id}`);
+        const after = await t.admin.get(`/api/instances/${instance.id}`);
+        assert.equal(after.status, 200);
+        assert.equal(after.body.projectId, null);
+      });
+    });
+
+    describe('instances and credentials', () => {
+      it('creates with apiToken and returns the full record', async () => {
+        assertProblem(await t.admin.post('/api/instances', { name: name(1) }), 400);
+        assertProblem(await t.admin.post('/api/instances', { name: name(71) }), 400);
+        assert.equal((await t.admin.post('/api/instances', { name: name(70) })).status, 201);
+        assertProblem(await t.admin.post('/api/instances', { name: 'No such project', projectId: 'missing' }), 404);
+        const inst = await createInstance();
+        assert.match(inst.apiToken, /^sbi_/);
+        assert.match(inst.id, /^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/);
+        for (const key of ['id', 'name', 'projectId', 'state', 'connected', 'qrCode', 'qrImage', 'phone', 'paused', 'settings', 'webhook', 'createdAt', 'updatedAt']) {
+          assert.ok(key in inst, `missing ${key}`);
+        }
+        assert.equal(inst.state, 'stopped');
+        assert.equal(inst.connected, false);
+        assert.equal(inst.settings.notifyFromMe, false);
+        assert.deepEqual(inst.webhook, { url: '', received: '', delivery: '', status: '', connected: '', disconnected: '', presence: '', format: 'native' });
+        const patched = await t.admin.patch(`/api/instances/${inst.id}`, { name: 'New name' });
+        assert.equal(patched.body.name, 'New name');
+        assertProblem(await t.admin.patch(`/api/instances/${inst.id}`, { name: 'N' }), 400);
+        const listed = await t.admin.get('/api/instances');
+        assert.ok(listed.body.data.some((i: any) => i.id === inst.id));
+        assert.ok(!('apiToken' in listed.body.data[0]));
+      });
+
+      it('enforces 401 and 403 for every credential kind', async () => {
+        const a = await createInstance('Instance A');
+        const b = await createInstance('Instance B');
+        const appKey = (await t.admin.post(`/api/instances/${a.id}/apps`, { name: 'CRM' })).body.key;
+        const tokenA = t.client(a.apiToken);
+        const keyA = t.client(appKey);
+
+        assertProblem(await t.client().get(`/api/instances/${a.id}`), 401, 'unauthorized');
+        assert.equal((await t.client().get(`/api/instances/${a.id}`)).headers.get('www-authenticate'), 'Bearer');
+        assertProblem(await t.client('sbi_not-a-token').get(`/api/instances/${a.id}`), 401);
+        assertProblem(await t.client('garbage').get(`/api/instances/${a.id}`), 401);
+
+        for (const c of [tokenA, keyA]) {
+          assert.equal((await c.get(`/api/instances/${a.id}`)).status, 200);
+          assert.equal((await c.get(`/api/instances/${a.id}/messages`)).status, 200);
+          assert.equal((await c.get(`/api/instances/${a.id}/incoming`)).status, 200);
+          assert.equal((await c.get(`/api/instances/${a.id}/events`)).status, 200);
+          assertProblem(await c.get(`/api/instances/${b.id}`), 403, 'forbidden');
+          assertProblem(await c.get('/api/instances/inst-does-not-exist'), 403, 'forbidden');
+          assertProblem(await c.get('/api/instances'), 403);
+          assertProblem(await c.post('/api/projects', { name: 'Nope' }), 403);
+          assertProblem(await c.post(`/api/instances/${a.id}/connect`), 403);
+          assertProblem(await c.get(`/api/instances/${a.id}/credentials`), 403);
+          assertProblem(await c.put(`/api/instances/${a.id}/settings`, {}), 403);
+          assertProblem(await c.delete(`/api/instances/${a.id}`), 403);
+          assertProblem(await c.get('/api/stats'), 403);
+        }
+        assertProblem(await t.admin.get('/api/instances/inst-does-not-exist'), 404);
+      });
+
+      it('renews tokens, recovers credentials and revokes integration keys on the next request', async () => {
+        const inst = await createInstance();
+        const creds = await t.admin.get(`/api/instances/${inst.id}/credentials`);
+        assert.equal(creds.status, 200);
+        assert.deepEqual(Object.keys(creds.body).sort(), ['apiToken', 'apiUrl', 'instanceId']);
+        assert.equal(creds.body.apiToken, inst.apiToken);
+        assert.equal(creds.body.instanceId, inst.id);
+        assert.match(creds.body.apiUrl, new RegExp(`/api/instances/${inst.id}$`));
+
+        const renewed = await t.admin.post(`/api/instances/${inst.id}/token`);
+        assert.equal(renewed.status, 200);
+        assert.notEqual(renewed.body.apiToken, inst.apiToken);
+        assertProblem(await t.client(inst.apiToken).get(`/api/instances/${inst.id}`), 401);
+        assert.equal((await t.client(renewed.body.apiToken).get(`/api/instances/${inst.id}`)).status, 200);
+        assert.equal((await t.admin.get(`/api/instances/${inst.id}/credentials`)).body.apiToken, renewed.body.apiToken);
+
+        assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'x' }), 400);
+        assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: name(71) }), 400);
+        const app = await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'ERP', projectId: null });
+        assert.equal(app.status, 201);
+        assert.match(app.body.key, /^sbk_/);
+        assert.ok(app.body.key.startsWith(app.body.keyPrefix));
+        const apps = await t.admin.get(`/api/instances/${inst.id}/apps`);
+        assert.equal(apps.body.data.length, 1);
+        assert.deepEqual(Object.keys(apps.body.data[0]).sort(), ['appId', 'createdAt', 'keyPrefix', 'name', 'projectId']);
+        assert.ok(!apps.text.includes(app.body.key), 'the key is shown only at creation');
+        assert.equal((await t.client(app.body.key).get(`/api/instances/${inst.id}`)).status, 200);
+        assert.equal((await t.admin.delete(`/api/instances/${inst.id}/apps/${app.body.appId}`)).status, 200);
+        assertProblem(await t.client(app.body.key).get(`/api/instances/${inst.id}`), 401);
+        assertProblem(await t.admin.delete(`/api/instances/${inst.id}/apps/${app.body.appId}`), 404);
+      });
+
+      it('deletes an instance and its credentials', async () => {
+        const inst = await createInstance();
+        assert.equal((await t.admin.delete(`/api/instances/${inst.id}`)).status, 200);
+        assertProblem(await t.admin.get(`/api/instances/${inst.id}`), 404);
+        assertProblem(await t.client(inst.apiToken).get(`/api/instances/${inst.id}`), 401);
+        assertProblem(await t.admin.delete(`/api/instances/${inst.id}`), 404);
+      });
+    });
+
+    describe('webhook configuration and settings', () => {
+      it('replaces all destinations, keeps the secret, and validates URLs', async () => {
+        const inst = await createInstance();
+        const saved = await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: 'https://hooks.example.com/all', status: 'https://hooks.example.com/status' });
+        assert.equal(saved.status, 200, JSON.stringify(saved.body));
+        assert.equal(saved.body.url, 'https://hooks.example.com/all');
+        assert.equal(saved.body.received, '');
+        assert.equal(saved.body.format, 'native');
+        assert.match(saved.body.secret, /^whsec_/);
+        const again = await t.admin.put(`/api/instances/${inst.id}/webhook`, { received: 'https://hooks.example.com:443/in' });
+        assert.equal(again.body.secret, saved.body.secret, 'secret preserved by later saves');
+        assert.equal(again.body.url, '', 'omitted destinations become empty');
+        const record = await t.admin.get(`/api/instances/${inst.id}`);
+        assert.equal(record.body.webhook.received, 'https://hooks.example.com:443/in');
+        assert.ok(!record.text.includes(saved.body.secret), 'the instance record never shows the secret');
+        assert.equal((await t.admin.get(`/api/instances/${inst.id}/webhook/secret`)).body.secret, saved.body.secret);
+
+        for (const bad of ['http://hooks.example.com/x', 'https://hooks.example.com:8443/x', 'https://10.0.0.5/x', 'https://127.0.0.1/x', 'https://[::1]/x', 'https://localhost/x', 'https://printer.local/x', 'not a url', 'https://169.254.169.254/latest']) {
+          const res = await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: bad });
+          assertProblem(res, 400);
+          assert.equal(res.body.errors[0].path, 'url', bad);
+        }
+        assertProblem(await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: '', format: 'legacy' }), 422, 'unsupported_format');
+        assert.equal((await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: '', format: 'native' })).status, 200);
+        const unknown = await t.admin.put(`/api/instances/${inst.id}/webhook`, { settings: { ignoreEverything: true } });
+        assertProblem(unknown, 400);
+        assert.equal(unknown.body.errors[0].path, 'settings.ignoreEverything');
+        const withSettings = await t.admin.put(`/api/instances/${inst.id}/webhook`, { settings: { notifyFromMe: true } });
+        assert.equal(withSettings.body.settings.notifyFromMe, true);
+
+        const regenerated = await t.admin.post(`/api/instances/${inst.id}/webhook/secret`);
+        assert.equal(regenerated.status, 200);
+        assert.notEqual(regenerated.body.secret, saved.body.secret);
+        assert.equal((await t.admin.get(`/api/instances/${inst.id}/webhook/secret`)).body.secret, regenerated.body.secret);
+      });
+
+      it('updates settings partially and rejects unknown keys and non-booleans', async () => {
+        const inst = await createInstance();
+        const first = await t.admin.put(`/api/instances/${inst.id}/settings`, { ignoreGroups: true });
+        assert.equal(first.status, 200);
+        assert.equal(first.body.ignoreGroups, true);
+        const second = await t.admin.put(`/api/instances/${inst.id}/settings`, { autoReadMessages: true });
+        assert.equal(second.body.ignoreGroups, true, 'partial update keeps the others');
+        assert.equal(second.body.autoReadMessages, true);
+        assert.equal(Object.keys(second.body).length, 19);
+        assertProblem(await t.admin.put(`/api/instances/${inst.id}/settings`, { ignoreGroups: 'yes' }), 400);
+        assertProblem(await t.admin.put(`/api/instances/${inst.id}/settings`, { foo: true }), 400);
+        assertProblem(await t.admin.put(`/api/instances/${inst.id}/settings`, '{not json'), 400, 'invalid_json');
+        assert.equal((await t.admin.get(`/api/instances/${inst.id}`)).body.settings.ignoreGroups, true);
+      });
+    });
+
+    describe('stats and diagnostics', () => {
+      it('returns valid empty stats and validates dates', async () => {
+        const res = await t.admin.get('/api/stats?from=2020-01-01&to=2020-01-31');
+        assert.equal(res.status, 200);
+        assert.deepEqual(res.body, { from: '2020-01-01', to: '2020-01-31', rows: [] });
+        assert.equal((await t.admin.get('/api/stats')).status, 200);
+        assert.equal((await t.admin.get('/api/stats?projectId=none&instanceId=none')).status, 200);
+        assertProblem(await t.admin.get('/api/stats?from=yesterday'), 400);
+        assertProblem(await t.admin.get('/api/stats?from=2020-02-30'), 400);
+        assertProblem(await t.admin.get('/api/stats?from=2020-03-01&to=2020-01-01'), 400);
+      });
+
+      it('reports instances, queues and media', async () => {
+        const res = await t.admin.get('/api/diagnostics');
+        assert.equal(res.status, 200);
+        assert.equal(typeof res.body.instances.total, 'number');
+        assert.equal(typeof res.body.media.count, 'number');
+        assert.equal(typeof res.body.media.bytes, 'number');
+      });
+    });
+
+    it('keeps everything across a restart', async () => {
+      const project = (await t.admin.post('/api/projects', { name: 'Persistent' })).body;
+      const inst = await createInstance('Persistent instance', project.id);
+      const key = (await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'Kept' })).body.key;
+      const secret = (await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: 'https://hooks.example.com/p' })).body.secret;
+      await t.restart();
+      assert.equal((await t.admin.get(`/api/instances/${inst.id}`)).body.projectId, project.id);
+      assert.equal((await t.client(inst.apiToken).get(`/api/instances/${inst.id}`)).status, 200);
+      assert.equal((await t.client(key).get(`/api/instances/${inst.id}`)).status, 200);
+      assert.equal((await t.admin.get(`/api/instances/${inst.id}/webhook/secret`)).body.secret, secret);
+    });
+  });
+}
+
+describe('rate limit, origin and proxy handling', function () {
+  this.timeout(60_000);
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer({ env: { RATE_LIMIT_PER_MINUTE: '5', ALLOWED_ORIGINS: 'https://app.example.com' } });
+  });
+  after(async () => t?.stop());
+
+  it('allows 5 requests a minute per IP, then 429 with headers; /health is exempt', async () => {
+    for (let i = 0; i < 5; i++) {
+      const res = await t.admin.get('/api/projects');
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('ratelimit-limit'), '5');
+      assert.equal(res.headers.get('ratelimit-remaining'), String(4 - i));
+    }
+    const limited = await t.admin.get('/api/projects');
+    assertProblem(limited, 429, 'rate_limited');
+    assert.ok(Number(limited.headers.get('retry-after')) >= 1);
+    assert.ok(Number(limited.headers.get('ratelimit-reset')) >= 1);
+    assert.equal((await t.client().get('/health')).status, 200);
+    // X-Forwarded-For is ignored without TRUST_PROXY: still the same client.
+    assertProblem(await t.admin.get('/api/projects', { 'x-forwarded-for': '203.0.113.9' }), 429);
+  });
+
+  it('refuses browser origins that are not allowed', async () => {
+    const t2 = await startTestServer({ env: { ALLOWED_ORIGINS: 'https://app.example.com' } });
+    try {
+      assertProblem(await t2.admin.get('/api/projects', { origin: 'https://evil.example.net' }), 403, 'forbidden');
+      const ok = await t2.admin.get('/api/projects', { origin: 'https://app.example.com' });
+      assert.equal(ok.status, 200);
+      assert.equal(ok.headers.get('access-control-allow-origin'), 'https://app.example.com');
+      assert.equal((await t2.admin.get('/api/projects', { origin: new URL(t2.url).origin.replace('127.0.0.1', 'localhost') })).status, 200);
+    } finally {
+      await t2.stop();
+    }
+  });
+
+  it('takes the client IP from X-Forwarded-For only with TRUST_PROXY', async () => {
+    const t3 = await startTestServer({ env: { RATE_LIMIT_PER_MINUTE: '2', TRUST_PROXY: 'true' } });
+    try {
+      for (const ip of ['198.51.100.1', '198.51.100.2']) {
+        assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': ip })).status, 200);
+        assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': ip })).status, 200);
+        assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': ip }), 429);
+      }
+    } finally {
+      await t3.stop();
+    }
+  });
+});

@@ -1,0 +1,146 @@
+// convertToVoiceNote against real ffmpeg, checked with ffprobe (Debian's ffmpeg package).
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Problem } from '@switchboard/core';
+import { mediaFixtures } from '../../../test/fixtures/media/index.ts';
+import { convertToVoiceNote, oggOpusSeconds, resolveFfmpegPath } from '../src/media/voice-note.ts';
+
+const run = promisify(execFile);
+
+/** A PCM WAV file: a sine tone, 16-bit little-endian samples, `channels` interleaved. */
+function makeWav(seconds: number, sampleRate: number, channels: number, frequency = 440): Buffer {
+  const frames = Math.round(seconds * sampleRate);
+  const data = Buffer.alloc(frames * channels * 2);
+  for (let i = 0; i < frames; i++) {
+    const sample = Math.round(Math.sin((2 * Math.PI * frequency * i) / sampleRate) * 12_000);
+    for (let c = 0; c < channels; c++) data.writeInt16LE(sample, (i * channels + c) * 2);
+  }
+  const header = Buffer.alloc(44);
+  header.write('RIFF', 0, 'latin1');
+  header.writeUInt32LE(36 + data.length, 4);
+  header.write('WAVE', 8, 'latin1');
+  header.write('fmt ', 12, 'latin1');
+  header.writeUInt32LE(16, 16); // fmt chunk size
+  header.writeUInt16LE(1, 20); // PCM
+  header.writeUInt16LE(channels, 22);
+  header.writeUInt32LE(sampleRate, 24);
+  header.writeUInt32LE(sampleRate * channels * 2, 28); // byte rate
+  header.writeUInt16LE(channels * 2, 32); // block align
+  header.writeUInt16LE(16, 34); // bits per sample
+  header.write('data', 36, 'latin1');
+  header.writeUInt32LE(data.length, 40);
+  return Buffer.concat([header, data]);
+}
+
+interface Probe {
+  streams: { codec_name: string; sample_rate: string; channels: number }[];
+  format: { format_name: string; duration: string };
+}
+
+describe('voice notes (convertToVoiceNote)', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let ffmpeg: string;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sb-voice-test-'));
+    ffmpeg = await resolveFfmpegPath();
+    await run('ffprobe', ['-version']).catch(() => {
+      throw new Error('ffprobe is needed by this test: apt-get install -y ffmpeg (make system-deps)');
+    });
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function probe(bytes: Buffer): Promise<Probe> {
+    const file = join(dir, `probe-${Math.random().toString(36).slice(2)}.ogg`);
+    await writeFile(file, bytes);
+    const { stdout } = await run('ffprobe', ['-v', 'error', '-show_entries', 'stream=codec_name,sample_rate,channels:format=format_name,duration', '-of', 'json', file]);
+    return JSON.parse(stdout) as Probe;
+  }
+
+  function assertVoiceNote(p: Probe): void {
+    assert.equal(p.streams.length, 1);
+    assert.equal(p.streams[0].codec_name, 'opus');
+    assert.equal(p.streams[0].sample_rate, '48000');
+    assert.equal(p.streams[0].channels, 1);
+    assert.equal(p.format.format_name, 'ogg');
+  }
+
+  it('converts a stereo 44.1 kHz WAV to Ogg Opus, mono, 48 kHz, with its duration', async () => {
+    const note = await convertToVoiceNote(makeWav(2, 44_100, 2));
+    const p = await probe(note.bytes);
+    assertVoiceNote(p);
+    assert.equal(note.seconds, 2);
+    assert.ok(Math.abs(Number(p.format.duration) - 2) < 0.1, `ffprobe duration ${p.format.duration}`);
+    assert.ok(Math.abs(oggOpusSeconds(note.bytes)! - 2) < 0.05);
+  });
+
+  it('converts an MP3', async () => {
+    const wav = join(dir, 'tone.wav');
+    const mp3 = join(dir, 'tone.mp3');
+    await writeFile(wav, makeWav(3, 22_050, 1, 660));
+    await run(ffmpeg, ['-hide_banner', '-loglevel', 'error', '-y', '-i', wav, '-c:a', 'libmp3lame', '-b:a', '64k', mp3]);
+    const note = await convertToVoiceNote(await readFile(mp3));
+    assertVoiceNote(await probe(note.bytes));
+    assert.equal(note.seconds, 3);
+  });
+
+  it('converts the audio of the sample fixtures (MP3, Ogg Opus, and the audio track of an MP4)', async () => {
+    for (const f of [mediaFixtures.mp3, mediaFixtures.ogg, mediaFixtures.mp4]) {
+      const note = await convertToVoiceNote(f.bytes());
+      assertVoiceNote(await probe(note.bytes));
+      assert.equal(note.seconds, 1, f.path);
+    }
+  });
+
+  it('works with the ffmpeg binary shipped in @ffmpeg-installer (the fallback when none is on PATH)', async () => {
+    const bundled = await resolveFfmpegPath('');
+    assert.match(bundled, /@ffmpeg-installer/);
+    const note = await convertToVoiceNote(makeWav(1, 16_000, 1), { ffmpegPath: bundled });
+    assertVoiceNote(await probe(note.bytes));
+    assert.equal(note.seconds, 1);
+  });
+
+  for (const [label, bytes] of [
+    ['garbage bytes', Buffer.from('this is not audio at all, just some text '.repeat(50))],
+    ['a file without an audio stream (PNG image)', Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64')],
+    ['an empty file', Buffer.alloc(0)],
+  ] as const) {
+    it(`answers 422 media_conversion_failed for ${label}`, async () => {
+      await assert.rejects(convertToVoiceNote(bytes), (err: unknown) => {
+        assert.ok(err instanceof Problem, String(err));
+        assert.equal(err.status, 422);
+        assert.equal(err.code, 'media_conversion_failed');
+        return true;
+      });
+    });
+  }
+
+  it('kills ffmpeg at the time limit and answers 422', async () => {
+    await assert.rejects(convertToVoiceNote(makeWav(30, 48_000, 2), { timeoutMs: 1 }), (err: unknown) => {
+      assert.ok(err instanceof Problem);
+      assert.equal(err.status, 422);
+      assert.match(err.detail, /longer than/);
+      return true;
+    });
+  });
+
+  it('a missing ffmpeg binary is a server fault, not a 422', async () => {
+    await assert.rejects(convertToVoiceNote(makeWav(1, 8000, 1), { ffmpegPath: join(dir, 'no-such-ffmpeg') }), (err: unknown) => {
+      assert.ok(!(err instanceof Problem));
+      assert.match(String(err), /cannot run ffmpeg/);
+      return true;
+    });
+  });
+
+  it('oggOpusSeconds refuses what is not Ogg Opus', () => {
+    assert.equal(oggOpusSeconds(Buffer.from('OggS but not really')), undefined);
+    assert.equal(oggOpusSeconds(makeWav(1, 8000, 1)), undefined);
+  });
+});

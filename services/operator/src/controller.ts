@@ -1,0 +1,142 @@
+// The operator's control loop: informers on Instances, Projects and the session pods feed one
+// work queue of keys; workers run the reconcilers. A poller compares the database (where the
+// sessions write their state) with the resources, so status follows the session within a poll
+// interval, and gives every instance record that has no resource one (the gateway creates them,
+// this repairs a create that happened while the Kubernetes API was unavailable).
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesListObject, type V1Pod } from '@kubernetes/client-node';
+import type { Logger } from '@switchboard/core';
+import { EventRecorder } from './event-recorder.ts';
+import { ResilientInformer } from './informer.ts';
+import { InstanceReconciler } from './instance-reconciler.ts';
+import type { InstanceStore } from './instance-store.ts';
+import { describe } from './kube-errors.ts';
+import { ProjectReconciler } from './project-reconciler.ts';
+import { API_VERSION, GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, PROJECTS, VERSION, type Instance, type Project } from './resources.ts';
+import type { SessionPodSettings } from './session-pod.ts';
+import { WorkQueue } from './work-queue.ts';
+
+export interface ControllerOptions {
+  kubeConfig: KubeConfig;
+  namespace: string;
+  store: InstanceStore;
+  session: SessionPodSettings;
+  logger: Logger;
+  resyncMs?: number;
+  statePollMs?: number;
+  podPollMs?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  informerRestartMinMs?: number;
+  concurrency?: number;
+}
+
+export const FIELD_MANAGER = 'switchboard-operator';
+
+export class Controller {
+  private readonly custom: CustomObjectsApi;
+  private readonly queue: WorkQueue;
+  private readonly instances: ResilientInformer<Instance>;
+  private readonly projects: ResilientInformer<Project>;
+  private readonly pods: ResilientInformer<V1Pod>;
+  private readonly instanceReconciler: InstanceReconciler;
+  private readonly projectReconciler: ProjectReconciler;
+  private pollTimer?: NodeJS.Timeout;
+
+  constructor(private readonly o: ControllerOptions) {
+    const { kubeConfig, namespace, logger } = o;
+    this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
+    const core = kubeConfig.makeApiClient(CoreV1Api);
+    const events = new EventRecorder(core, FIELD_MANAGER, logger);
+    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs });
+    this.projectReconciler = new ProjectReconciler(this.custom, o.store);
+    this.queue = new WorkQueue({
+      handler: (key) => this.process(key),
+      concurrency: o.concurrency ?? 4,
+      baseDelayMs: o.backoffBaseMs ?? 200,
+      maxDelayMs: o.backoffMaxMs ?? 60_000,
+      onError: (key, err, retryInMs) => logger.warn({ key, retryInMs, err: describe(err) }, 'reconcile failed; retrying'),
+    });
+    const informer = <T extends { metadata?: { name?: string; namespace?: string; labels?: Record<string, string> } }>(path: string, list: () => Promise<unknown>, onObject: (o: T) => void, labelSelector?: string) =>
+      new ResilientInformer<T & object>({
+        kubeConfig,
+        path,
+        list: list as () => Promise<KubernetesListObject<T & object>>,
+        labelSelector,
+        onObject,
+        resyncMs: o.resyncMs,
+        restartMinMs: o.informerRestartMinMs,
+        onError: (err, restartInMs) => logger.warn({ path, restartInMs, err: describe(err) }, 'watch failed; restarting'),
+      });
+    const base = `/apis/${GROUP}/${VERSION}/namespaces/${namespace}`;
+    this.instances = informer<Instance>(`${base}/${INSTANCES}`, () => this.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: INSTANCES }), (i) => this.queue.add(`instance/${i.metadata.name}`));
+    this.projects = informer<Project>(`${base}/${PROJECTS}`, () => this.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROJECTS }), (p) => this.queue.add(`project/${p.metadata.name}`));
+    const selector = `${MANAGED_BY_LABEL}=${MANAGED_BY}`;
+    this.pods = informer<V1Pod>(`/api/v1/namespaces/${namespace}/pods`, () => core.listNamespacedPod({ namespace, labelSelector: selector }), (p) => {
+      const id = p.metadata?.labels?.[INSTANCE_LABEL];
+      if (id) this.queue.add(`instance/${id}`);
+    }, selector);
+  }
+
+  async start(): Promise<void> {
+    await Promise.all([this.instances.start(), this.projects.start(), this.pods.start()]);
+    const poll = () => {
+      void this.pollDatabase().finally(() => {
+        if (this.pollTimer) this.pollTimer = setTimeout(poll, this.o.statePollMs ?? 5000);
+      });
+    };
+    this.pollTimer = setTimeout(poll, this.o.statePollMs ?? 5000);
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.pollTimer);
+    this.pollTimer = undefined;
+    this.queue.stop();
+    await Promise.all([this.instances.stop(), this.projects.stop(), this.pods.stop()]);
+  }
+
+  /** Resolves once nothing is queued or being reconciled (tests). */
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  private async process(key: string): Promise<number | void> {
+    const [kind, name] = key.split('/');
+    if (kind === 'instance') return this.instanceReconciler.reconcile(this.o.namespace, name);
+    return this.projectReconciler.reconcile(this.o.namespace, name);
+  }
+
+  /** Queues instances whose recorded state differs from their status; creates resources for records without one. */
+  private async pollDatabase(): Promise<void> {
+    try {
+      if (!this.instances.hasSynced) return;
+      for (const row of await this.o.store.listStates()) {
+        const instance = this.instances.get(row.id, this.o.namespace);
+        if (!instance) {
+          await this.createResourceFor(row.id);
+          continue;
+        }
+        const status = instance.status ?? {};
+        const state = instance.spec.paused ? 'stopped' : row.state;
+        if (status.state !== state || (status.phone ?? null) !== (row.phone ?? null)) this.queue.add(`instance/${row.id}`);
+      }
+    } catch (err) {
+      this.o.logger.warn({ err: describe(err) }, 'database poll failed');
+    }
+  }
+
+  private async createResourceFor(id: string): Promise<void> {
+    const row = await this.o.store.find(id);
+    if (!row) return;
+    const body = {
+      apiVersion: API_VERSION,
+      kind: 'Instance',
+      metadata: { name: id, namespace: this.o.namespace, labels: { [ORIGIN_LABEL]: ORIGIN_API } },
+      spec: { displayName: row.name, paused: row.paused, ...(row.projectId ? { projectRef: row.projectId } : {}) },
+    };
+    await this.custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace: this.o.namespace, plural: INSTANCES, name: id, body, fieldManager: FIELD_MANAGER },
+      setHeaderOptions('Content-Type', PatchStrategy.ServerSideApply),
+    );
+    this.o.logger.info({ instance: id }, 'created the missing Instance resource of a record');
+  }
+}

@@ -1,0 +1,246 @@
+// Reconciles one Instance: level-triggered (it looks at the whole current state, never at what
+// changed) and idempotent (running it twice in a row changes nothing the second time).
+//
+//   deleting? → stop the session pod, delete the records, remove the finalizer
+//   otherwise → finalizer · database row (adopt kubectl-created instances) · token Secret ·
+//               reset (pod gone → erase pairing → lastResetAt) · pod up or down per `paused` ·
+//               status mirrored from the session's state, with Ready/Connected conditions.
+import type { CoreV1Api, CustomObjectsApi, V1Pod, V1Secret } from '@kubernetes/client-node';
+import { setCondition } from './conditions.ts';
+import type { EventRecorder } from './event-recorder.ts';
+import type { InstanceRow, InstanceStore } from './instance-store.ts';
+import { isStatus } from './kube-errors.ts';
+import {
+  GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, SESSION_FINALIZER, TEMPLATE_HASH_ANNOTATION, VERSION,
+  sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
+} from './resources.ts';
+import { ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
+
+export interface InstanceReconcilerDeps {
+  custom: CustomObjectsApi;
+  core: CoreV1Api;
+  store: InstanceStore;
+  events: EventRecorder;
+  session: SessionPodSettings;
+  /** How soon to look again while waiting for a pod to terminate (pod watch events usually come first). */
+  pollMs?: number;
+}
+
+type PodState = 'absent' | 'terminating' | 'running' | 'outdated';
+
+export class InstanceReconciler {
+  constructor(private readonly d: InstanceReconcilerDeps) {}
+
+  /** Returns a delay when the instance must be looked at again (waiting for a pod to go away). */
+  async reconcile(namespace: string, name: string): Promise<number | void> {
+    let instance = await this.read(namespace, name);
+    if (!instance) return; // gone; its pod and Secret are garbage-collected through their owner reference
+    if (instance.metadata.deletionTimestamp) return this.finalize(instance);
+    if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) instance = await this.addFinalizer(instance);
+
+    const row = await this.ensureRecord(instance);
+    if (!row) return; // deleted through the API: the resource is being deleted too
+    await this.ensureTokenSecret(instance);
+
+    const status: InstanceStatus = { ...(instance.status ?? {}) };
+    let pod = await this.podState(instance);
+    let waiting = false;
+    if (resetPending(instance)) {
+      if (pod !== 'absent') {
+        await this.stopPod(instance, pod);
+        waiting = true;
+      } else {
+        await this.d.store.resetSession(name, Boolean(instance.spec.paused));
+        status.lastResetAt = instance.spec.resetRequestedAt;
+        await this.d.events.record(instance, 'Normal', 'SessionReset', 'Pairing erased; the session starts fresh and needs a new scan.');
+      }
+    }
+    const wantRunning = !instance.spec.paused && !waiting;
+    if (wantRunning && pod === 'absent') {
+      pod = await this.startPod(instance);
+    } else if (wantRunning && pod === 'outdated') {
+      await this.stopPod(instance, pod);
+      waiting = true;
+    } else if (!wantRunning && (pod === 'running' || pod === 'outdated')) {
+      await this.stopPod(instance, pod);
+    }
+    if (pod === 'terminating') waiting = true;
+
+    const fresh = (await this.d.store.find(name)) ?? row;
+    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting));
+    return waiting ? (this.d.pollMs ?? 1000) : undefined;
+  }
+
+  private async read(namespace: string, name: string): Promise<Instance | undefined> {
+    try {
+      return (await this.d.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name })) as Instance;
+    } catch (err) {
+      if (isStatus(err, 404)) return undefined;
+      throw err;
+    }
+  }
+
+  private async replace(instance: Instance): Promise<Instance> {
+    const { namespace, name } = instance.metadata;
+    return (await this.d.custom.replaceNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body: instance })) as Instance;
+  }
+
+  private async addFinalizer(instance: Instance): Promise<Instance> {
+    const next = structuredClone(instance);
+    next.metadata.finalizers = [...(next.metadata.finalizers ?? []), SESSION_FINALIZER];
+    return this.replace(next); // carries resourceVersion: a concurrent change → 409 → retried with backoff
+  }
+
+  /** Finds the instance's row; a kubectl-created instance is adopted (row created). Undefined → being deleted. */
+  private async ensureRecord(instance: Instance): Promise<InstanceRow | undefined> {
+    const id = instance.metadata.name;
+    const desired = { id, name: instance.spec.displayName, projectId: instance.spec.projectRef ?? null, paused: Boolean(instance.spec.paused) };
+    const row = await this.d.store.find(id);
+    if (row) {
+      await this.d.store.applyDesired(desired, row);
+      return (await this.d.store.find(id)) ?? row;
+    }
+    if (instance.metadata.labels?.[ORIGIN_LABEL] === ORIGIN_API) {
+      // Created through the API and its record is gone: it was deleted through the API. Never resurrect it.
+      const { namespace, name } = instance.metadata;
+      await this.d.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name });
+      return undefined;
+    }
+    const { created } = await this.d.store.adopt(desired);
+    if (created) await this.d.events.record(instance, 'Normal', 'Adopted', 'Instance record and API token created for this resource.');
+    return this.d.store.find(id);
+  }
+
+  private async ensureTokenSecret(instance: Instance): Promise<void> {
+    const id = instance.metadata.name;
+    const namespace = instance.metadata.namespace;
+    const token = await this.d.store.token(id);
+    if (!token) return;
+    const data = { apiToken: Buffer.from(token).toString('base64'), instanceId: Buffer.from(id).toString('base64') };
+    let existing: V1Secret | undefined;
+    try {
+      existing = await this.d.core.readNamespacedSecret({ name: tokenSecretName(id), namespace });
+    } catch (err) {
+      if (!isStatus(err, 404)) throw err;
+    }
+    if (existing && existing.data?.apiToken === data.apiToken && existing.data?.instanceId === data.instanceId) return;
+    const body: V1Secret = {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      type: 'Opaque',
+      metadata: {
+        name: tokenSecretName(id),
+        namespace,
+        labels: { [MANAGED_BY_LABEL]: MANAGED_BY, [INSTANCE_LABEL]: id },
+        ownerReferences: [ownerReference(instance)],
+        resourceVersion: existing?.metadata?.resourceVersion,
+      },
+      data,
+    };
+    if (existing) await this.d.core.replaceNamespacedSecret({ name: tokenSecretName(id), namespace, body }); // token renewed through the API
+    else await this.d.core.createNamespacedSecret({ namespace, body });
+  }
+
+  private async readPod(instance: Instance): Promise<V1Pod | undefined> {
+    try {
+      return await this.d.core.readNamespacedPod({ name: sessionPodName(instance.metadata.name), namespace: instance.metadata.namespace });
+    } catch (err) {
+      if (isStatus(err, 404)) return undefined;
+      throw err;
+    }
+  }
+
+  private async podState(instance: Instance): Promise<PodState> {
+    const pod = await this.readPod(instance);
+    if (!pod) return 'absent';
+    if (pod.metadata?.deletionTimestamp) return 'terminating';
+    const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
+    const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+    return finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted ? 'outdated' : 'running';
+  }
+
+  private async startPod(instance: Instance): Promise<PodState> {
+    try {
+      await this.d.core.createNamespacedPod({ namespace: instance.metadata.namespace, body: sessionPod(instance, this.d.session) });
+    } catch (err) {
+      if (isStatus(err, 409)) return 'running'; // created meanwhile (our cache was behind); the next round checks it
+      throw err;
+    }
+    await this.d.events.record(instance, 'Normal', 'SessionStarted', `Session pod ${sessionPodName(instance.metadata.name)} created.`);
+    return 'running';
+  }
+
+  private async stopPod(instance: Instance, state: PodState): Promise<void> {
+    if (state === 'absent' || state === 'terminating') return;
+    try {
+      await this.d.core.deleteNamespacedPod({ name: sessionPodName(instance.metadata.name), namespace: instance.metadata.namespace });
+    } catch (err) {
+      if (!isStatus(err, 404)) throw err;
+    }
+    await this.d.events.record(instance, 'Normal', 'SessionStopped', `Session pod ${sessionPodName(instance.metadata.name)} is stopping.`);
+  }
+
+  private async finalize(instance: Instance): Promise<number | void> {
+    if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
+    const pod = await this.podState(instance);
+    if (pod !== 'absent') {
+      // The records go only after the session stopped, so it cannot write to them again.
+      await this.stopPod(instance, pod);
+      return this.d.pollMs ?? 1000;
+    }
+    await this.d.store.delete(instance.metadata.name);
+    const next = structuredClone(instance);
+    next.metadata.finalizers = (next.metadata.finalizers ?? []).filter((f) => f !== SESSION_FINALIZER);
+    await this.replace(next);
+  }
+
+  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean): InstanceStatus {
+    const generation = instance.metadata.generation ?? 1;
+    const paused = Boolean(instance.spec.paused);
+    const resetting = resetPending(instance) && base.lastResetAt !== instance.spec.resetRequestedAt;
+    const state = paused ? 'stopped' : row.state;
+    let ready: { status: 'True' | 'False'; reason: string; message: string };
+    if (resetting) ready = { status: 'False', reason: 'Resetting', message: 'Waiting for the session pod to stop before erasing the pairing.' };
+    else if (paused) ready = waiting || pod !== 'absent'
+      ? { status: 'False', reason: 'Stopping', message: 'Paused; the session pod is stopping.' }
+      : { status: 'True', reason: 'Paused', message: 'Paused as requested; no session pod runs.' };
+    else if (waiting) ready = { status: 'False', reason: 'Restarting', message: 'Waiting for the previous session pod to terminate.' };
+    else ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} exists.` };
+    const connected = state === 'connected'
+      ? { status: 'True' as const, reason: 'Connected', message: row.phone ? `Connected as ${row.phone}.` : 'Connected.' }
+      : { status: 'False' as const, reason: camel(state), message: CONNECTED_MESSAGES[state] ?? `Session state: ${state}.` };
+    let conditions = setCondition(base.conditions, { type: 'Ready', observedGeneration: generation, ...ready });
+    conditions = setCondition(conditions, { type: 'Connected', observedGeneration: generation, ...connected });
+    const status: InstanceStatus = { ...base, state, tokenSecretName: tokenSecretName(instance.metadata.name), observedGeneration: generation, conditions };
+    if (row.phone) status.phone = row.phone;
+    else delete status.phone;
+    return status;
+  }
+
+  private async writeStatus(instance: Instance, status: InstanceStatus): Promise<void> {
+    if (JSON.stringify(status) === JSON.stringify(instance.status ?? {})) return; // unchanged: no write, no event storm
+    const { namespace, name } = instance.metadata;
+    const body = { ...instance, status };
+    await this.d.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body });
+  }
+}
+
+const CONNECTED_MESSAGES: Record<string, string> = {
+  stopped: 'Paused; not connected.',
+  starting: 'The session is starting.',
+  awaiting_scan: 'Waiting for the QR code to be scanned or a pairing code to be entered.',
+  reconnecting: 'The connection dropped; the session is reconnecting.',
+  logged_out: 'Logged out from the phone; reset the instance and pair it again.',
+};
+
+/** A reset is pending while spec.resetRequestedAt is newer than status.lastResetAt. */
+export function resetPending(instance: Instance): boolean {
+  const requested = instance.spec.resetRequestedAt;
+  if (!requested) return false;
+  const done = instance.status?.lastResetAt;
+  return !done || Date.parse(requested) > Date.parse(done);
+}
+
+function camel(state: string): string {
+  return state.split('_').map((w) => w[0].toUpperCase() + w.slice(1)).join('');
+}

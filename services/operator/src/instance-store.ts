@@ -1,0 +1,116 @@
+// The operator's access to the system of record: the `instances` and `projects` tables
+// (services/core/src/db/migrations/001_foundation.ts). Every write is idempotent, so a reconcile
+// that is interrupted and repeated leaves the same rows.
+import type { Knex } from 'knex';
+import { randomToken, TOKEN_PREFIXES, type Crypto } from '@switchboard/core';
+import type { SessionState } from './resources.ts';
+
+export interface InstanceRow {
+  id: string;
+  name: string;
+  projectId: string | null;
+  state: SessionState;
+  paused: boolean;
+  phone: string | null;
+}
+
+export interface DesiredInstance {
+  id: string;
+  name: string;
+  projectId: string | null;
+  paused: boolean;
+}
+
+export class InstanceStore {
+  constructor(
+    private readonly db: Knex,
+    private readonly crypto: Crypto,
+    /** Makes a new instance token (the gateway's format). */
+    private readonly newToken: () => string = () => randomToken(TOKEN_PREFIXES.instance),
+  ) {}
+
+  async find(id: string): Promise<InstanceRow | undefined> {
+    const row = await this.db('instances').where({ id }).first('id', 'name', 'project_id', 'state', 'paused', 'phone');
+    return row ? toRow(row) : undefined;
+  }
+
+  async listStates(): Promise<Pick<InstanceRow, 'id' | 'state' | 'phone'>[]> {
+    return this.db('instances').select('id', 'state', 'phone');
+  }
+
+  /** Inserts the row of an Instance created with kubectl; a row that already exists is kept as it is. */
+  async adopt(desired: DesiredInstance): Promise<{ created: boolean }> {
+    const token = this.newToken();
+    const projectId = await this.existingProject(desired.projectId);
+    const inserted = await this.db('instances')
+      .insert({
+        id: desired.id,
+        name: desired.name,
+        project_id: projectId,
+        paused: desired.paused,
+        state: desired.paused ? 'stopped' : 'starting',
+        token_hash: this.crypto.hashToken(token),
+        token_sealed: this.crypto.seal(token),
+      })
+      .onConflict('id')
+      .ignore()
+      .returning('id');
+    return { created: inserted.length > 0 };
+  }
+
+  /** The instance token, recovered from its sealed copy (for the token Secret). */
+  async token(id: string): Promise<string | undefined> {
+    const row = await this.db('instances').where({ id }).first('token_sealed');
+    return row ? this.crypto.open(row.token_sealed) : undefined;
+  }
+
+  /** Brings name, project and paused in line with the resource (the desired run state). */
+  async applyDesired(desired: DesiredInstance, current: InstanceRow): Promise<void> {
+    const projectId = await this.existingProject(desired.projectId);
+    const patch: Record<string, unknown> = {};
+    if (current.name !== desired.name) patch.name = desired.name;
+    if (current.projectId !== projectId) patch.project_id = projectId;
+    if (current.paused !== desired.paused) {
+      patch.paused = desired.paused;
+      patch.state = desired.paused ? 'stopped' : 'starting';
+    }
+    if (!Object.keys(patch).length) return;
+    await this.db('instances').where({ id: desired.id }).update({ ...patch, updated_at: this.db.fn.now() });
+  }
+
+  /** Erases the session's pairing (auth state) so it starts fresh; run only while no session pod exists. */
+  async resetSession(id: string, paused: boolean): Promise<void> {
+    await this.db.transaction(async (trx) => {
+      await trx('auth_state').where({ instance_id: id }).delete();
+      await trx('instances')
+        .where({ id })
+        .update({ phone: null, qr_code: null, state: paused ? 'stopped' : 'starting', updated_at: trx.fn.now() });
+    });
+  }
+
+  /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE CASCADE). */
+  async delete(id: string): Promise<void> {
+    await this.db.transaction(async (trx) => {
+      await trx('auth_state').where({ instance_id: id }).delete(); // not a foreign key: deleted explicitly
+      await trx('instances').where({ id }).delete();
+    });
+  }
+
+  async ensureProject(id: string, name: string): Promise<void> {
+    await this.db('projects').insert({ id, name }).onConflict('id').merge({ name, updated_at: this.db.fn.now() });
+  }
+
+  async deleteProject(id: string): Promise<void> {
+    await this.db('projects').where({ id }).delete();
+  }
+
+  private async existingProject(projectId: string | null): Promise<string | null> {
+    if (!projectId) return null;
+    const row = await this.db('projects').where({ id: projectId }).first('id');
+    return row ? projectId : null;
+  }
+}
+
+function toRow(r: Record<string, any>): InstanceRow {
+  return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null };
+}

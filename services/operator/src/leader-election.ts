@@ -1,0 +1,135 @@
+// Lease-based leader election (client-node ships none). The holder renews the Lease every
+// renewInterval; others take it over once renewTime + leaseDuration has passed. All writes carry
+// the resourceVersion read just before, so two candidates racing for an expired lease cannot both
+// win: the second write gets 409 Conflict. A leader that cannot renew within leaseDuration stops
+// leading (its controller stops) before anyone else may take over.
+import { V1MicroTime, type CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
+import { isStatus } from './kube-errors.ts';
+
+export interface LeaderElectionOptions {
+  api: CoordinationV1Api;
+  namespace: string;
+  leaseName: string;
+  identity: string;
+  leaseDurationMs?: number;
+  /** A leader that could not renew for this long stops leading; must be below leaseDurationMs. */
+  renewDeadlineMs?: number;
+  renewIntervalMs?: number;
+  retryIntervalMs?: number;
+  onStartedLeading: () => void | Promise<void>;
+  onStoppedLeading: () => void | Promise<void>;
+  onError?: (err: unknown) => void;
+}
+
+export class LeaderElector {
+  private timer?: NodeJS.Timeout;
+  private leading = false;
+  private lastRenew = 0;
+  private stopped = false;
+
+  constructor(private readonly o: LeaderElectionOptions) {}
+
+  get isLeader(): boolean {
+    return this.leading;
+  }
+
+  private get durationMs(): number {
+    return this.o.leaseDurationMs ?? 15_000;
+  }
+
+  start(): void {
+    this.stopped = false;
+    void this.tick();
+  }
+
+  /** Stops campaigning; a leader releases the lease so a successor need not wait for it to expire. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    if (!this.leading) return;
+    await this.setLeading(false);
+    try {
+      const lease = await this.o.api.readNamespacedLease({ name: this.o.leaseName, namespace: this.o.namespace });
+      if (lease.spec?.holderIdentity === this.o.identity) {
+        lease.spec.holderIdentity = undefined;
+        lease.spec.leaseDurationSeconds = 1;
+        lease.spec.renewTime = new V1MicroTime(Date.now() - this.durationMs);
+        await this.o.api.replaceNamespacedLease({ name: this.o.leaseName, namespace: this.o.namespace, body: lease });
+      }
+    } catch (err) {
+      this.o.onError?.(err);
+    }
+  }
+
+  private async tick(): Promise<void> {
+    if (this.stopped) return;
+    const attemptAt = Date.now(); // the renewTime we write is no earlier than this
+    try {
+      const held = await this.tryAcquireOrRenew();
+      if (held) this.lastRenew = attemptAt;
+      if (held && !this.leading) await this.setLeading(true);
+      if (!held && this.leading) await this.setLeading(false);
+    } catch (err) {
+      this.o.onError?.(err);
+      // Cannot reach the API: stop leading at the renew deadline, well before others may take over.
+      const deadline = this.o.renewDeadlineMs ?? (this.durationMs * 2) / 3;
+      if (this.leading && Date.now() - this.lastRenew >= deadline) await this.setLeading(false);
+    }
+    if (this.stopped) return;
+    const next = this.leading ? (this.o.renewIntervalMs ?? 10_000) : (this.o.retryIntervalMs ?? 2_000);
+    this.timer = setTimeout(() => void this.tick(), next);
+  }
+
+  private async setLeading(value: boolean): Promise<void> {
+    if (this.leading === value) return;
+    this.leading = value;
+    await (value ? this.o.onStartedLeading() : this.o.onStoppedLeading());
+  }
+
+  /** One round: create the lease, renew ours, or take over an expired one. True when we hold it. */
+  private async tryAcquireOrRenew(): Promise<boolean> {
+    const { api, namespace, leaseName: name, identity } = this.o;
+    const now = new V1MicroTime();
+    const seconds = Math.max(1, Math.ceil(this.durationMs / 1000));
+    let lease: V1Lease;
+    try {
+      lease = await api.readNamespacedLease({ name, namespace });
+    } catch (err) {
+      if (!isStatus(err, 404)) throw err;
+      const body: V1Lease = {
+        metadata: { name, namespace },
+        spec: { holderIdentity: identity, leaseDurationSeconds: seconds, acquireTime: now, renewTime: now, leaseTransitions: 0 },
+      };
+      return this.write(() => api.createNamespacedLease({ namespace, body }));
+    }
+    const spec = lease.spec ?? {};
+    const ours = spec.holderIdentity === identity;
+    const renewedAt = spec.renewTime ? new Date(spec.renewTime).getTime() : 0;
+    const expired = !spec.holderIdentity || renewedAt + (spec.leaseDurationSeconds ?? seconds) * 1000 < Date.now();
+    if (!ours && !expired) return false;
+    lease.spec = {
+      ...spec,
+      holderIdentity: identity,
+      leaseDurationSeconds: seconds,
+      renewTime: now,
+      acquireTime: ours ? asMicroTime(spec.acquireTime) : now,
+      leaseTransitions: (spec.leaseTransitions ?? 0) + (ours ? 0 : 1),
+    };
+    return this.write(() => api.replaceNamespacedLease({ name, namespace, body: lease }));
+  }
+
+  private async write(call: () => Promise<V1Lease>): Promise<boolean> {
+    try {
+      await call();
+      return true;
+    } catch (err) {
+      if (isStatus(err, 409)) return false; // another candidate wrote first
+      throw err;
+    }
+  }
+}
+
+/** Times read back from the API are strings or Dates; written back they must keep micro-second form. */
+function asMicroTime(t: Date | string | undefined): V1MicroTime | undefined {
+  return t === undefined ? undefined : new V1MicroTime(new Date(t).getTime());
+}

@@ -1,0 +1,54 @@
+// Operator settings from the environment (besides the common ones of core's loadConfig).
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { ConfigError } from '@switchboard/core';
+import type { SessionPodSettings } from './session-pod.ts';
+
+export interface OperatorConfig {
+  namespace: string;
+  identity: string;
+  leaseName: string;
+  healthPort: number;
+  session: SessionPodSettings;
+}
+
+const SERVICE_ACCOUNT_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
+
+export function loadOperatorConfig(env: Record<string, string | undefined> = process.env): OperatorConfig {
+  const problems: string[] = [];
+  const namespace = env.KUBERNETES_NAMESPACE?.trim() || readIfPresent(SERVICE_ACCOUNT_NAMESPACE);
+  if (!namespace) problems.push('KUBERNETES_NAMESPACE: required outside a cluster (the namespace whose Instances the operator manages)');
+  const image = env.SESSION_IMAGE?.trim();
+  if (!image) problems.push('SESSION_IMAGE: required (the Switchboard image the session pods run)');
+  const healthPort = Number(env.HEALTH_PORT ?? '8080');
+  if (!Number.isInteger(healthPort) || healthPort < 0 || healthPort > 65535) problems.push(`HEALTH_PORT: must be a port number (got "${env.HEALTH_PORT}")`);
+  let resources;
+  try {
+    resources = env.SESSION_RESOURCES?.trim() ? JSON.parse(env.SESSION_RESOURCES) : undefined;
+  } catch {
+    problems.push('SESSION_RESOURCES: must be JSON such as {"requests":{"cpu":"50m","memory":"128Mi"}}');
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return {
+    namespace: namespace!,
+    identity: env.POD_NAME?.trim() || hostname(),
+    leaseName: env.LEADER_ELECTION_LEASE?.trim() || 'switchboard-operator',
+    healthPort,
+    session: {
+      image: image!,
+      imagePullPolicy: env.SESSION_IMAGE_PULL_POLICY?.trim() || undefined,
+      envSecretName: env.SESSION_ENV_SECRET?.trim() || undefined,
+      envConfigMapName: env.SESSION_ENV_CONFIGMAP?.trim() || undefined,
+      serviceAccountName: env.SESSION_SERVICE_ACCOUNT?.trim() || undefined,
+      resources,
+    },
+  };
+}
+
+function readIfPresent(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}

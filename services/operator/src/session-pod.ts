@@ -1,0 +1,75 @@
+// The session workload of one instance: a single pod with a fixed name, created only when no pod
+// of that name exists, so there is never more than one session pod per instance (the session's
+// own owner lock guards the rest). The pod carries a hash of its template: when the image or the
+// settings change (an upgrade), the operator deletes the pod and creates the new one once it is gone.
+import { createHash } from 'node:crypto';
+import type { V1Pod, V1ResourceRequirements } from '@kubernetes/client-node';
+import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HASH_ANNOTATION, sessionPodName, type Instance } from './resources.ts';
+
+export interface SessionPodSettings {
+  image: string;
+  imagePullPolicy?: string;
+  /** Secret with DATABASE_URL, NATS_URL, ENCRYPTION_KEY… for the session process (envFrom). */
+  envSecretName?: string;
+  /** ConfigMap with the non-secret settings (NETWORK_DRIVER, LOG_LEVEL…). */
+  envConfigMapName?: string;
+  serviceAccountName?: string;
+  resources?: V1ResourceRequirements;
+  /** Command of the session process inside the image. */
+  command?: string[];
+}
+
+const DEFAULT_COMMAND = ['node', '--import', 'tsx', 'services/session/src/main.ts'];
+
+export function sessionPod(instance: Instance, settings: SessionPodSettings): V1Pod {
+  const id = instance.metadata.name;
+  const spec: V1Pod['spec'] = {
+    restartPolicy: 'Always',
+    serviceAccountName: settings.serviceAccountName,
+    automountServiceAccountToken: false,
+    terminationGracePeriodSeconds: 30,
+    securityContext: { runAsNonRoot: true, runAsUser: 10001, fsGroup: 10001, seccompProfile: { type: 'RuntimeDefault' } },
+    containers: [
+      {
+        name: 'session',
+        image: settings.image,
+        imagePullPolicy: settings.imagePullPolicy,
+        command: settings.command ?? DEFAULT_COMMAND,
+        env: [{ name: 'INSTANCE_ID', value: id }],
+        envFrom: [
+          ...(settings.envConfigMapName ? [{ configMapRef: { name: settings.envConfigMapName } }] : []),
+          ...(settings.envSecretName ? [{ secretRef: { name: settings.envSecretName } }] : []),
+        ],
+        resources: settings.resources ?? { requests: { cpu: '50m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+        securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
+        volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }],
+      },
+    ],
+    volumes: [{ name: 'tmp', emptyDir: {} }],
+  };
+  const hash = createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 16);
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name: sessionPodName(id),
+      namespace: instance.metadata.namespace,
+      labels: { [MANAGED_BY_LABEL]: MANAGED_BY, [INSTANCE_LABEL]: id, 'app.kubernetes.io/name': 'switchboard', 'app.kubernetes.io/component': 'session' },
+      annotations: { [TEMPLATE_HASH_ANNOTATION]: hash },
+      ownerReferences: [ownerReference(instance)],
+    },
+    spec,
+  };
+}
+
+/** Makes the Instance the controlling owner: deleting it garbage-collects the object. */
+export function ownerReference(instance: Instance) {
+  return {
+    apiVersion: API_VERSION,
+    kind: 'Instance',
+    name: instance.metadata.name,
+    uid: instance.metadata.uid!,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}

@@ -1,0 +1,145 @@
+// The Helm chart, the CRDs and their examples: `helm lint`, `helm template` with several value
+// sets, and every rendered object validated against Kubernetes schemas (k8s-schemas.ts) or, for
+// custom resources, against our CRDs' openAPIV3Schema.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Ajv } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { sessionPod } from '../src/session-pod.ts';
+import { CRD_FILES } from './helpers.ts';
+import { K8S_SCHEMAS } from './k8s-schemas.ts';
+import { layerBinary } from './k8s-tools.ts';
+
+const root = (p: string) => fileURLToPath(new URL(`../../../${p}`, import.meta.url));
+const CHART = root('charts/switchboard');
+const REQUIRED = ['secrets.encryptionKey=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'secrets.adminApiKey=admin-key-of-16-chars'];
+
+type Obj = Record<string, any>;
+
+const ajv = new Ajv({ strict: false, allErrors: true });
+(addFormatsModule as unknown as (a: Ajv) => void)(ajv);
+const validators = new Map(Object.entries(K8S_SCHEMAS).map(([k, s]) => [k, ajv.compile(s)]));
+const crdValidators = new Map<string, ReturnType<typeof ajv.compile>>();
+for (const file of CRD_FILES) {
+  const crd = parseYaml(readFileSync(file, 'utf8'));
+  crdValidators.set(`${crd.spec.group}/${crd.spec.versions[0].name}/${crd.spec.names.kind}`, ajv.compile(crd.spec.versions[0].schema.openAPIV3Schema));
+}
+
+function validate(o: Obj): string[] {
+  const key = `${o.apiVersion}/${o.kind}`;
+  const v = validators.get(key) ?? crdValidators.get(key);
+  if (!v) return [`${key} ${o.metadata?.name}: no schema for this kind`];
+  const name = o.metadata?.name;
+  return (v(o) as boolean) ? [] : (v.errors ?? []).map((e) => `${key} ${name}: ${e.instancePath} ${e.message}`);
+}
+
+describe('chart, CRDs and examples', function () {
+  this.timeout(60_000);
+  let helm: string;
+  before(() => (helm = layerBinary('helm')));
+
+  const template = (sets: string[], extra: string[] = []): Obj[] => {
+    const out = execFileSync(helm, ['template', 'sb', CHART, '--namespace', 'switchboard', ...extra, ...sets.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    return parseAllDocuments(out).map((d) => d.toJSON()).filter(Boolean);
+  };
+  const find = (objs: Obj[], kind: string, name: string) => objs.find((o) => o.kind === kind && o.metadata.name === name);
+
+  it('passes helm lint', () => {
+    execFileSync(helm, ['lint', CHART, '--strict', ...REQUIRED.flatMap((s) => ['--set', s])], { encoding: 'utf8' });
+  });
+
+  for (const [label, sets] of [
+    ['defaults (bundled PostgreSQL and NATS)', REQUIRED],
+    ['external PostgreSQL/NATS, ServiceMonitor, no NetworkPolicy', [...REQUIRED, 'postgresql.enabled=false', 'nats.enabled=false', 'externalDatabase.url=postgres://sb:pw@db.example:5432/sb', 'externalNats.url=nats://nats.example:4222', 'serviceMonitor.enabled=true', 'networkPolicy.enabled=false']],
+    ['an existing Secret', ['secrets.existingSecret=my-secrets']],
+  ] as const) {
+    it(`renders valid objects: ${label}`, () => {
+      const objs = template([...sets], ['--include-crds']);
+      const problems = objs.flatMap(validate);
+      assert.deepEqual(problems, []);
+      for (const c of ['gateway', 'dispatcher', 'operator']) {
+        const d = find(objs, 'Deployment', `sb-switchboard-${c}`)!;
+        const container = d.spec.template.spec.containers[0];
+        assert.equal(container.livenessProbe.httpGet.path, '/health');
+        assert.equal(container.readinessProbe.httpGet.path, '/ready');
+        assert.ok(container.resources.requests.cpu && container.resources.requests.memory);
+        assert.equal(d.spec.template.spec.securityContext.runAsNonRoot, true);
+        assert.ok(find(objs, 'PodDisruptionBudget', `sb-switchboard-${c}`));
+      }
+      assert.equal(objs.filter((o) => o.kind === 'CustomResourceDefinition').length, 2);
+    });
+  }
+
+  it('switches between bundled and external services, and toggles ServiceMonitor and NetworkPolicy', () => {
+    const bundled = template(REQUIRED);
+    assert.ok(find(bundled, 'StatefulSet', 'sb-switchboard-postgresql') && find(bundled, 'StatefulSet', 'sb-switchboard-nats'));
+    assert.match(find(bundled, 'Secret', 'sb-switchboard-env')!.stringData.DATABASE_URL, /@sb-switchboard-postgresql:5432\//);
+    assert.equal(bundled.filter((o) => o.kind === 'ServiceMonitor').length, 0);
+    assert.ok(bundled.some((o) => o.kind === 'NetworkPolicy'));
+
+    const external = template([...REQUIRED, 'postgresql.enabled=false', 'nats.enabled=false', 'externalDatabase.url=postgres://sb:pw@db.example:5432/sb', 'externalNats.url=nats://nats.example:4222', 'serviceMonitor.enabled=true', 'networkPolicy.enabled=false']);
+    assert.equal(external.filter((o) => o.kind === 'StatefulSet').length, 0);
+    const secret = find(external, 'Secret', 'sb-switchboard-env')!;
+    assert.equal(secret.stringData.DATABASE_URL, 'postgres://sb:pw@db.example:5432/sb');
+    assert.equal(secret.stringData.NATS_URL, 'nats://nats.example:4222');
+    assert.equal(external.filter((o) => o.kind === 'ServiceMonitor').length, 1);
+    assert.equal(external.filter((o) => o.kind === 'NetworkPolicy').length, 0);
+  });
+
+  it('refuses values that would not work (schema and required values)', () => {
+    assert.throws(() => template([]), /encryptionKey is required/);
+    assert.throws(() => template([...REQUIRED, 'postgresql.enabled=false']), /externalDatabase.url is required/);
+    assert.throws(() => template([...REQUIRED, 'networkDriver=carrier-pigeon']), /networkDriver/);
+    assert.throws(() => template([...REQUIRED, 'gateway.replicaz=3']), /replicaz/);
+  });
+
+  it('grants least privilege, separately to the operator and the gateway', () => {
+    const objs = template(REQUIRED);
+    const rules = (name: string) => find(objs, 'Role', name)!.rules as Obj[];
+    const gateway = rules('sb-switchboard-gateway');
+    assert.deepEqual(gateway, [{ apiGroups: ['switchboard.dev'], resources: ['instances'], verbs: ['get', 'create', 'patch', 'delete'] }]);
+    const operator = rules('sb-switchboard-operator');
+    const secrets = operator.find((r) => r.resources.includes('secrets'))!;
+    assert.ok(!secrets.verbs.includes('list') && !secrets.verbs.includes('watch'), 'no reading of every Secret');
+    assert.ok(!operator.some((r) => r.verbs.includes('*') || r.resources.includes('*')));
+    const leaseUpdate = operator.find((r) => r.resources.includes('leases') && r.verbs.includes('update'))!;
+    assert.deepEqual(leaseUpdate.resourceNames, ['sb-switchboard-operator']);
+    assert.equal(find(objs, 'Deployment', 'sb-switchboard-dispatcher')!.spec.template.spec.automountServiceAccountToken, false);
+    const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+    assert.equal(operatorEnv.find((e) => e.name === 'LEADER_ELECTION_LEASE')!.value, 'sb-switchboard-operator');
+  });
+
+  it('ships the same CRDs in the chart as in crds/', () => {
+    for (const file of ['instances.switchboard.dev.yaml', 'projects.switchboard.dev.yaml']) {
+      assert.equal(readFileSync(root(`charts/switchboard/crds/${file}`), 'utf8'), readFileSync(root(`crds/${file}`), 'utf8'), file);
+    }
+  });
+
+  it('validates the Instance/Project examples against the CRD schemas, and rejects bad ones', () => {
+    for (const file of ['crds/examples/instance.yaml', 'crds/examples/project.yaml', 'deploy/kustomize/example/instance.yaml']) {
+      for (const doc of parseAllDocuments(readFileSync(root(file), 'utf8'))) assert.deepEqual(validate(doc.toJSON()), [], file);
+    }
+    const bad = { apiVersion: 'switchboard.dev/v1alpha1', kind: 'Instance', metadata: { name: 'x' }, spec: { displayName: 'x'.repeat(71), projectRef: 'Not_A_Name', paused: 'yes' } };
+    assert.equal(validate(bad).length, 3);
+  });
+
+  it('renders session pods the API server would accept', () => {
+    const pod = sessionPod({ metadata: { name: 'inst-1', namespace: 'switchboard', uid: 'u-1' }, spec: { displayName: 'One' } }, { image: 'img:1', envSecretName: 's', envConfigMapName: 'c', serviceAccountName: 'sb-session' });
+    assert.deepEqual(validate(pod as Obj), []);
+    const typo = structuredClone(pod) as Obj;
+    typo.spec.containers[0].livenesProbe = typo.spec.containers[0].livenessProbe;
+    typo.spec.containers[0].resources.requests.memory = 'lots';
+    assert.equal(validate(typo).length, 2, 'the schemas catch unknown fields and bad quantities');
+  });
+
+  it('keeps the kustomize example valid', () => {
+    const kubectl = layerBinary('kubectl');
+    const out = execFileSync(kubectl, ['kustomize', root('deploy/kustomize/example')], { encoding: 'utf8' });
+    const objs = parseAllDocuments(out).map((d) => d.toJSON()).filter(Boolean);
+    assert.ok(objs.length > 0);
+    assert.deepEqual(objs.flatMap(validate), []);
+  });
+});

@@ -1,0 +1,74 @@
+// The fake API server must behave like the real one where the operator depends on it; these
+// checks keep it honest (through client-node, as the operator talks to it).
+import assert from 'node:assert/strict';
+import { CoreV1Api, CustomObjectsApi, Watch } from '@kubernetes/client-node';
+import { GROUP, INSTANCES, VERSION } from '../src/resources.ts';
+import type { FakeApiServer } from './fake-apiserver.ts';
+import { NAMESPACE, eventually, kubeConfigFor, startFake } from './helpers.ts';
+
+describe('fake Kubernetes API server', () => {
+  let fake: FakeApiServer;
+  let custom: CustomObjectsApi;
+  let core: CoreV1Api;
+  const ref = { group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES };
+  const body = (name: string, spec: Record<string, unknown> = { displayName: 'X' }) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name }, spec });
+
+  before(async () => {
+    fake = await startFake({ podTerminationMs: 0 });
+    const kc = kubeConfigFor(fake.url);
+    custom = kc.makeApiClient(CustomObjectsApi);
+    core = kc.makeApiClient(CoreV1Api);
+  });
+  after(() => fake.stop());
+
+  it('rejects a write with a stale resourceVersion with 409, and an invalid object with 422', async () => {
+    const created = await custom.createNamespacedCustomObject({ ...ref, body: body('rv-test') });
+    const updated = await custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...created, spec: { displayName: 'Y' } } });
+    assert.notEqual(updated.metadata.resourceVersion, created.metadata.resourceVersion);
+    assert.equal(updated.metadata.generation, 2);
+    await assert.rejects(custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...created, spec: { displayName: 'Z' } } }), (e: { code?: number }) => e.code === 409);
+    await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('bad', { displayName: '' }) }), (e: { code?: number }) => e.code === 422);
+    await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('rv-test') }), (e: { code?: number }) => e.code === 409);
+  });
+
+  it('keeps status out of main-resource writes and spec out of status writes', async () => {
+    const o = await custom.getNamespacedCustomObject({ ...ref, name: 'rv-test' });
+    const s = await custom.replaceNamespacedCustomObjectStatus({ ...ref, name: 'rv-test', body: { ...o, spec: { displayName: 'ignored' }, status: { state: 'connected' } } });
+    assert.equal(s.spec.displayName, 'Y');
+    assert.equal(s.status.state, 'connected');
+    assert.equal(s.metadata.generation, o.metadata.generation, 'status writes do not bump generation');
+    const m = await custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...s, status: { state: 'stopped' } } });
+    assert.equal(m.status.state, 'connected');
+  });
+
+  it('holds a resource with finalizers until they are removed, then garbage-collects its dependents', async () => {
+    const owner = await custom.createNamespacedCustomObject({ ...ref, body: { ...body('gc-owner'), metadata: { name: 'gc-owner', finalizers: ['test/hold'] } } });
+    await core.createNamespacedSecret({ namespace: NAMESPACE, body: { metadata: { name: 'gc-secret', ownerReferences: [{ apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', name: 'gc-owner', uid: owner.metadata.uid }] }, data: { a: 'Yg==' } } });
+    await custom.deleteNamespacedCustomObject({ ...ref, name: 'gc-owner' });
+    const deleting = await custom.getNamespacedCustomObject({ ...ref, name: 'gc-owner' });
+    assert.ok(deleting.metadata.deletionTimestamp);
+    assert.ok(fake.get('', 'v1', 'secrets', NAMESPACE, 'gc-secret'));
+    await assert.rejects(custom.replaceNamespacedCustomObject({ ...ref, name: 'gc-owner', body: { ...deleting, metadata: { ...deleting.metadata, finalizers: ['test/hold', 'test/new'] } } }), (e: { code?: number }) => e.code === 422);
+    await custom.replaceNamespacedCustomObject({ ...ref, name: 'gc-owner', body: { ...deleting, metadata: { ...deleting.metadata, finalizers: [] } } });
+    assert.equal(fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, 'gc-owner'), undefined);
+    assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, 'gc-secret'), undefined);
+  });
+
+  it('streams watch events and bookmarks, and answers a compacted resourceVersion with 410 Gone', async () => {
+    const list = await custom.listNamespacedCustomObject(ref);
+    const seen: { type: string; rv: string; code?: number }[] = [];
+    const watch = new Watch(kubeConfigFor(fake.url));
+    const path = `/apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances`;
+    const ctl = await watch.watch(path, { resourceVersion: list.metadata.resourceVersion, allowWatchBookmarks: true }, (type, o) => seen.push({ type, rv: o.metadata?.resourceVersion }), () => {});
+    await custom.createNamespacedCustomObject({ ...ref, body: body('watched') });
+    await eventually(() => assert.ok(seen.some((e) => e.type === 'ADDED') && seen.some((e) => e.type === 'BOOKMARK')));
+    ctl.abort();
+
+    fake.compact();
+    const gone: { type: string; code?: number }[] = [];
+    let ended = false;
+    await watch.watch(path, { resourceVersion: list.metadata.resourceVersion }, (type, o) => gone.push({ type, code: o.code }), () => (ended = true));
+    await eventually(() => ended);
+    assert.deepEqual(gone, [{ type: 'ERROR', code: 410 }]);
+  });
+});

@@ -1,0 +1,67 @@
+// Shared set-up of the operator tests: a fake API server with our CRDs, a real PostgreSQL
+// database, a KubeConfig pointing at the fake, and a polling assertion helper.
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { KubeConfig } from '@kubernetes/client-node';
+import { Crypto, createLogger, migrate, openDatabase, type Db } from '@switchboard/core';
+import { createTestDatabase } from '../../../test/support/services.ts';
+import { FakeApiServer, type FakeApiServerOptions } from './fake-apiserver.ts';
+
+export const NAMESPACE = 'switchboard';
+export const CRD_FILES = ['instances.switchboard.dev.yaml', 'projects.switchboard.dev.yaml'].map((f) => fileURLToPath(new URL(`../../../crds/${f}`, import.meta.url)));
+
+export function kubeConfigFor(server: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'fake', server, skipTLSVerify: true }],
+    users: [{ name: 'tester', token: 'not-checked' }],
+    contexts: [{ name: 'fake', cluster: 'fake', user: 'tester', namespace: NAMESPACE }],
+    currentContext: 'fake',
+  });
+  return kc;
+}
+
+export async function startFake(options: FakeApiServerOptions = {}): Promise<FakeApiServer> {
+  const fake = new FakeApiServer({ crdFiles: CRD_FILES, podTerminationMs: 150, bookmarkIntervalMs: 200, ...options });
+  await fake.start();
+  return fake;
+}
+
+export interface TestDb {
+  db: Db;
+  crypto: Crypto;
+  close(): Promise<void>;
+}
+
+export async function openTestDb(): Promise<TestDb> {
+  const database = await createTestDatabase();
+  const db = openDatabase({ databaseUrl: database.url, dataDir: '/nonexistent', poolMax: 4 });
+  await migrate(db);
+  return {
+    db,
+    crypto: new Crypto(randomBytes(32)),
+    async close() {
+      await db.destroy();
+      await database.drop();
+    },
+  };
+}
+
+export const silentLogger = createLogger({ level: 'silent' });
+
+/** Retries `check` until it stops throwing (or returns true), or fails with its last error. */
+export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 8000, intervalMs = 25): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const result = await check();
+      if (result !== false) return result;
+      lastError = new Error('condition still false');
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() > deadline) throw lastError;
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}

@@ -1,0 +1,71 @@
+// Lease-based leader election against the fake API server: one leader at a time, takeover after
+// a crash (lease expiry), fast handover on a clean stop, MicroTime-formatted lease times.
+import assert from 'node:assert/strict';
+import { CoordinationV1Api } from '@kubernetes/client-node';
+import { LeaderElector } from '../src/leader-election.ts';
+import type { FakeApiServer } from './fake-apiserver.ts';
+import { NAMESPACE, eventually, kubeConfigFor, startFake } from './helpers.ts';
+
+describe('operator: leader election', function () {
+  this.timeout(15_000);
+  let fake: FakeApiServer;
+  const leaders = new Set<string>();
+  let maxLeaders = 0;
+  const electors: LeaderElector[] = [];
+
+  before(async () => (fake = await startFake()));
+  after(async () => {
+    for (const e of electors) await e.stop();
+    await fake.stop();
+  });
+
+  /** A candidate whose connection to the API can be cut (a crashed or partitioned process). */
+  function candidate(identity: string) {
+    const real = kubeConfigFor(fake.url).makeApiClient(CoordinationV1Api);
+    const link = { up: true };
+    const api = new Proxy(real, {
+      get: (target, prop) => {
+        const v = (target as any)[prop];
+        return typeof v === 'function' ? (...args: unknown[]) => (link.up ? v.apply(target, args) : Promise.reject(new Error('connect ECONNREFUSED'))) : v;
+      },
+    });
+    const elector = new LeaderElector({
+      api, namespace: NAMESPACE, leaseName: 'switchboard-operator', identity,
+      leaseDurationMs: 1000, renewDeadlineMs: 600, renewIntervalMs: 150, retryIntervalMs: 100,
+      onStartedLeading: () => {
+        leaders.add(identity);
+        maxLeaders = Math.max(maxLeaders, leaders.size);
+      },
+      onStoppedLeading: () => void leaders.delete(identity),
+    });
+    electors.push(elector);
+    elector.start();
+    return { elector, link };
+  }
+
+  it('elects exactly one leader, fails over after a crash, and hands over quickly on a clean stop', async () => {
+    const a = candidate('a');
+    await eventually(() => assert.ok(a.elector.isLeader));
+    const b = candidate('b');
+    await new Promise((r) => setTimeout(r, 1200)); // longer than a lease: b must not take a renewed lease
+    assert.ok(a.elector.isLeader && !b.elector.isLeader);
+
+    const lease = fake.get('coordination.k8s.io', 'v1', 'leases', NAMESPACE, 'switchboard-operator')!;
+    assert.equal(lease.spec.holderIdentity, 'a');
+    assert.match(lease.spec.renewTime, /\.\d{6}Z$/, 'renewTime is a MicroTime');
+
+    a.link.up = false; // a crashes (cannot renew)
+    await eventually(() => assert.ok(b.elector.isLeader), 5000);
+    assert.equal(a.elector.isLeader, false);
+    assert.equal(maxLeaders, 1, 'never two leaders at once');
+    assert.equal(fake.get('coordination.k8s.io', 'v1', 'leases', NAMESPACE, 'switchboard-operator')!.spec.leaseTransitions, 1);
+
+    a.link.up = true; // a comes back: b's lease is valid, a stays a follower
+    const c = candidate('c');
+    const stoppedAt = Date.now();
+    await b.elector.stop(); // releases the lease
+    await eventually(() => assert.ok(a.elector.isLeader || c.elector.isLeader), 5000);
+    assert.ok(Date.now() - stoppedAt < 900, 'a released lease is taken before it would have expired');
+    assert.equal(maxLeaders, 1);
+  });
+});

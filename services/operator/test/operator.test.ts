@@ -1,0 +1,226 @@
+// The operator against the loopback fake API server and a real PostgreSQL database: what a user
+// does with kubectl (create, pause, resume, reset, delete) and what goes wrong in a cluster
+// (a watch that dies, compacted history, the API server going away, conflicting writers).
+import assert from 'node:assert/strict';
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { Controller } from '../src/controller.ts';
+import { InstanceStore } from '../src/instance-store.ts';
+import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
+import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instance-resources.ts';
+import type { FakeApiServer } from './fake-apiserver.ts';
+import { NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
+
+const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
+
+describe('operator: Instance and Project reconciliation', function () {
+  this.timeout(20_000);
+  let fake: FakeApiServer;
+  let t: TestDb;
+  let store: InstanceStore;
+  let controller: Controller;
+  let kubectl: CustomObjectsApi;
+  /** Set while the reset erases the pairing: proves the session pod was gone at that moment. */
+  let podsDuringReset: number[];
+
+  before(async () => {
+    fake = await startFake();
+    t = await openTestDb();
+    podsDuringReset = [];
+    store = new (class extends InstanceStore {
+      override async resetSession(id: string, paused: boolean): Promise<void> {
+        podsDuringReset.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
+        return super.resetSession(id, paused);
+      }
+    })(t.db, t.crypto);
+    const kubeConfig = kubeConfigFor(fake.url);
+    kubectl = kubeConfig.makeApiClient(CustomObjectsApi);
+    controller = new Controller({
+      kubeConfig, namespace: NAMESPACE, store, session: SESSION, logger: silentLogger,
+      resyncMs: 1000, statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50,
+    });
+    await controller.start();
+  });
+
+  after(async () => {
+    await controller.stop();
+    await fake.stop();
+    await t.close();
+  });
+
+  const instance = (name: string) => fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, name);
+  const pod = (id: string) => fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName(id));
+  const row = (id: string) => t.db('instances').where({ id }).first();
+  const createInstance = (name: string, spec: Record<string, unknown>) =>
+    kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name }, spec } });
+  const patchSpec = (name: string, spec: Record<string, unknown>) =>
+    kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name, body: { spec } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+  const condition = (name: string, type: string) => instance(name)?.status?.conditions?.find((c: { type: string }) => c.type === type);
+
+  it('adopts an Instance created with kubectl: record, token Secret, session pod, status', async () => {
+    await createInstance('inst-kubectl', { displayName: 'Sales line' });
+    const created = await eventually(() => {
+      const i = instance('inst-kubectl');
+      assert.equal(i?.status?.state, 'starting');
+      return i;
+    });
+    assert.deepEqual(created.metadata.finalizers, [SESSION_FINALIZER]);
+    assert.equal(created.spec.paused, false, 'the CRD default applies');
+    assert.equal(created.status.observedGeneration, created.metadata.generation);
+    assert.equal(condition('inst-kubectl', 'Ready')?.status, 'True');
+    assert.equal(condition('inst-kubectl', 'Connected')?.reason, 'Starting');
+
+    const record = await row('inst-kubectl');
+    assert.equal(record.name, 'Sales line');
+    assert.equal(record.paused, false);
+    const secret = fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-kubectl'))!;
+    const token = Buffer.from(secret.data.apiToken, 'base64').toString();
+    assert.equal(t.crypto.hashToken(token), record.token_hash, 'the Secret holds the instance token');
+    assert.equal(secret.metadata.ownerReferences[0].uid, created.metadata.uid);
+
+    const p = pod('inst-kubectl')!;
+    assert.equal(p.metadata.ownerReferences[0].uid, created.metadata.uid);
+    assert.equal(p.spec.containers[0].env.find((e: { name: string }) => e.name === 'INSTANCE_ID').value, 'inst-kubectl');
+    assert.equal(p.spec.containers[0].image, SESSION.image);
+    const events = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === 'inst-kubectl').map((e) => e.reason);
+    assert.ok(events.includes('Adopted') && events.includes('SessionStarted'), `events: ${events}`);
+  });
+
+  it('mirrors the session state and phone from the database into the status', async () => {
+    await t.db('instances').where({ id: 'inst-kubectl' }).update({ state: 'connected', phone: '5511999990000' });
+    await eventually(() => {
+      assert.equal(instance('inst-kubectl')?.status?.state, 'connected');
+      assert.equal(instance('inst-kubectl')?.status?.phone, '5511999990000');
+      assert.equal(condition('inst-kubectl', 'Connected')?.status, 'True');
+    });
+  });
+
+  it('pauses (pod stopped, record paused) and resumes (a new pod)', async () => {
+    const before = pod('inst-kubectl')!;
+    await patchSpec('inst-kubectl', { paused: true });
+    await eventually(async () => {
+      assert.equal(pod('inst-kubectl'), undefined);
+      assert.equal(instance('inst-kubectl')?.status?.state, 'stopped');
+      assert.equal(condition('inst-kubectl', 'Ready')?.reason, 'Paused');
+      assert.equal((await row('inst-kubectl')).paused, true);
+    });
+    assert.equal(instance('inst-kubectl')!.status.observedGeneration, instance('inst-kubectl')!.metadata.generation);
+
+    await patchSpec('inst-kubectl', { paused: false });
+    await eventually(async () => {
+      assert.notEqual(pod('inst-kubectl')?.metadata.uid ?? before.metadata.uid, before.metadata.uid);
+      assert.equal((await row('inst-kubectl')).paused, false);
+      assert.equal(condition('inst-kubectl', 'Ready')?.reason, 'SessionRunning');
+    });
+  });
+
+  it('resets: stops the pod, erases the pairing while no pod runs, starts a new pod, records lastResetAt', async () => {
+    await t.db('auth_state').insert({ instance_id: 'inst-kubectl', category: 'creds', key_id: 'me', value_sealed: t.crypto.seal('{}') });
+    await t.db('instances').where({ id: 'inst-kubectl' }).update({ state: 'connected', phone: '5511999990000' });
+    const before = await eventually(() => pod('inst-kubectl')!);
+    const requestedAt = '2030-01-01T00:00:00Z';
+    await patchSpec('inst-kubectl', { resetRequestedAt: requestedAt });
+    await eventually(async () => {
+      assert.equal(instance('inst-kubectl')?.status?.lastResetAt, requestedAt);
+      const now = pod('inst-kubectl');
+      assert.ok(now && now.metadata.uid !== before.metadata.uid && !now.metadata.deletionTimestamp);
+    });
+    assert.deepEqual(podsDuringReset, [0], 'the pairing was erased exactly once, with no session pod');
+    assert.equal((await t.db('auth_state').where({ instance_id: 'inst-kubectl' })).length, 0);
+    const record = await row('inst-kubectl');
+    assert.equal(record.phone, null);
+    assert.equal(record.state, 'starting');
+  });
+
+  it('deletes with the finalizer: pod stopped, records deleted, then the resource and its Secret go', async () => {
+    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-kubectl' });
+    await eventually(async () => {
+      assert.equal(instance('inst-kubectl'), undefined);
+      assert.equal(pod('inst-kubectl'), undefined);
+      assert.equal(await row('inst-kubectl'), undefined);
+      assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-kubectl')), undefined);
+    });
+  });
+
+  it('gives an instance created through the API a resource without a second record, and keeps its token', async () => {
+    const token = 'sbk_existing-token';
+    await t.db('instances').insert({ id: 'inst-api', name: 'API made', paused: false, state: 'starting', token_hash: t.crypto.hashToken(token), token_sealed: t.crypto.seal(token) });
+    const gateway = new KubernetesInstanceResources(kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi), NAMESPACE);
+    await gateway.apply({ id: 'inst-api', name: 'API made', projectId: null, paused: false });
+    await eventually(() => assert.ok(pod('inst-api')));
+    const secret = await eventually(() => fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-api'))!);
+    assert.equal(Buffer.from(secret.data.apiToken, 'base64').toString(), token);
+    assert.equal((await t.db('instances').where({ id: 'inst-api' })).length, 1);
+
+    // Deleted through the API: the record goes first, the resource must not resurrect it.
+    await t.db('instances').where({ id: 'inst-api' }).delete();
+    await gateway.delete('inst-api');
+    await eventually(async () => {
+      assert.equal(instance('inst-api'), undefined);
+      assert.equal(await row('inst-api'), undefined);
+    });
+  });
+
+  it('creates the missing resource of a record (a create made while the API was unavailable)', async () => {
+    await t.db('instances').insert({ id: 'inst-orphan', name: 'Orphan', paused: true, state: 'stopped', token_hash: t.crypto.hashToken('x1'), token_sealed: t.crypto.seal('x1') });
+    await eventually(() => {
+      const i = instance('inst-orphan');
+      assert.equal(i?.spec.displayName, 'Orphan');
+      assert.equal(i?.spec.paused, true);
+      assert.equal(i?.status?.state, 'stopped');
+    });
+    assert.equal(pod('inst-orphan'), undefined, 'paused: no pod');
+  });
+
+  it('adopts a Project created with kubectl and deletes its record with the resource', async () => {
+    await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Project', metadata: { name: 'acme' }, spec: { displayName: 'ACME' } } });
+    await eventually(async () => assert.equal((await t.db('projects').where({ id: 'acme' }).first())?.name, 'ACME'));
+    await createInstance('inst-acme', { displayName: 'ACME line', projectRef: 'acme', paused: true });
+    await eventually(async () => assert.equal((await row('inst-acme'))?.project_id, 'acme'));
+    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, name: 'acme' });
+    await eventually(async () => {
+      assert.equal(fake.get(GROUP, VERSION, PROJECTS, NAMESPACE, 'acme'), undefined);
+      assert.equal(await t.db('projects').where({ id: 'acme' }).first(), undefined);
+      assert.equal((await row('inst-acme')).project_id, null);
+    });
+  });
+
+  it('keeps working after its watches die, after 410 Gone, and after the API server restarts', async () => {
+    fake.breakWatches();
+    await createInstance('inst-after-break', { displayName: 'After break' });
+    await eventually(() => assert.ok(pod('inst-after-break')));
+
+    const lists = () => fake.requests.filter((r) => r === `GET /apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances`).length;
+    const listsBefore = lists();
+    // While the operator cannot watch, history moves on and is compacted: resuming from its last
+    // resourceVersion gets 410 Gone, and the informer must relist.
+    fake.setUnavailable(true);
+    fake.breakWatches();
+    fake.mutate(GROUP, VERSION, INSTANCES, NAMESPACE, 'inst-after-break', (o) => (o.metadata.labels = { touched: 'yes' }));
+    fake.compact();
+    fake.setUnavailable(false);
+    await createInstance('inst-after-gone', { displayName: 'After gone' });
+    await eventually(() => assert.ok(pod('inst-after-gone')));
+    assert.ok(lists() > listsBefore, 'the informer relisted after 410 Gone');
+
+    await fake.stop();
+    await new Promise((r) => setTimeout(r, 200));
+    await fake.start();
+    await createInstance('inst-after-restart', { displayName: 'After restart' });
+    await eventually(() => assert.ok(pod('inst-after-restart')));
+  });
+
+  it('retries after conflicting updates until the status converges', async () => {
+    fake.injectFailure(3, (method, path) => method === 'PUT' && path.endsWith('/instances/inst-conflict/status'));
+    await createInstance('inst-conflict', { displayName: 'Conflicts' });
+    await eventually(() => assert.equal(instance('inst-conflict')?.status?.state, 'starting'));
+    // A concurrent writer changes the spec between the operator's read and write: it converges on the newest spec.
+    fake.injectFailure(1, (method, path) => method === 'PUT' && path.endsWith('/instances/inst-conflict/status'));
+    fake.mutate(GROUP, VERSION, INSTANCES, NAMESPACE, 'inst-conflict', (o) => (o.spec.paused = true));
+    await eventually(() => {
+      const i = instance('inst-conflict')!;
+      assert.equal(i.status.state, 'stopped');
+      assert.equal(i.status.observedGeneration, i.metadata.generation);
+    });
+    assert.equal(fake.pendingFailures, 0, 'every injected conflict was met');
+  });
+});

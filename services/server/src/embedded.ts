@@ -1,0 +1,55 @@
+// The embedded deployment: gateway, local session runtime, dispatcher and background jobs in one
+// process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
+// in-process bus in DATA_DIR.
+import { OutboxRelay, createMetrics, loadConfig, openPlatform, startMediaRetention, type Config, type Logger, type Platform } from '@switchboard/core';
+import { createGatewayApp, listen } from '@switchboard/gateway';
+import { LocalSessionRuntime, driverFactoryFor, mediaArchive, startExpirySweeper } from '@switchboard/session';
+import { startDispatcher } from '@switchboard/dispatcher';
+
+export interface EmbeddedServer {
+  url: string;
+  port: number;
+  adminKey: string;
+  adminKeyGenerated: boolean;
+  platform: Platform;
+  runtime: LocalSessionRuntime;
+  relay: OutboxRelay;
+  stop(): Promise<void>;
+}
+
+export async function startEmbeddedServer(config: Config = loadConfig(), opts: { log?: Logger } = {}): Promise<EmbeddedServer> {
+  const platform = await openPlatform(config, { service: 'switchboard', generateMissingKeys: true, migrate: true, log: opts.log });
+  const { db, bus, media, crypto, log } = platform;
+  const relay = new OutboxRelay(db, bus, log);
+  relay.start();
+  const archive = mediaArchive({ db, store: media, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds });
+  const driverFactory = await driverFactoryFor(config, { db });
+  const runtime = new LocalSessionRuntime({ db, bus, relay, crypto, media: archive, driverFactory, log });
+  const metrics = createMetrics({ db, bus }); // one registry for the whole process, served at /metrics
+  const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics });
+  const sweeper = startExpirySweeper({ db, relay, log, intervalMs: 5_000 });
+  const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics });
+  const http = await listen(app, config.port, config.host);
+  await runtime.resumeAll();
+
+  const url = `http://${config.host === '0.0.0.0' ? '127.0.0.1' : config.host}:${http.port}`;
+  return {
+    url,
+    port: http.port,
+    adminKey: platform.adminKey,
+    adminKeyGenerated: platform.adminKeyGenerated,
+    platform,
+    runtime,
+    relay,
+    async stop() {
+      await http.close();
+      await sweeper.stop();
+      retention.stop();
+      await runtime.close();
+      await dispatcher.stop();
+      await relay.stop();
+      await platform.close();
+    },
+  };
+}

@@ -1,0 +1,24 @@
+// `make run`: the embedded server. Prints where it listens and, on first start, the admin key.
+import { loadConfig, runService, startTelemetry } from '@switchboard/core';
+import { startEmbeddedServer } from './embedded.ts';
+
+async function start(): Promise<() => Promise<void>> {
+  const config = loadConfig();
+  console.log(`Switchboard: starting (data in ${config.dataDir}, driver ${config.networkDriver}, ${config.databaseUrl ? 'PostgreSQL' : 'embedded PGlite'}, ${config.natsUrl ? 'NATS' : 'in-process bus'})…`);
+  const telemetry = await startTelemetry({ serviceName: 'switchboard' });
+  const server = await startEmbeddedServer(config);
+  console.log(`Switchboard: listening on ${config.publicBaseUrl} (bound to ${config.host}:${server.port})`);
+  console.log(`Switchboard: API description at ${config.publicBaseUrl}/openapi.json, dashboard at ${config.publicBaseUrl}/ui`);
+  if (server.adminKeyGenerated) {
+    console.log(`Switchboard: administrative key (shown once, saved in ${config.dataDir}/admin-key): ${server.adminKey}`);
+  } else if (!config.adminApiKey) {
+    console.log(`Switchboard: administrative key is in ${config.dataDir}/admin-key`);
+  }
+  return async function stop() {
+    console.log('Switchboard: stopping…');
+    await server.stop();
+    await telemetry.shutdown();
+  };
+}
+
+runService('Switchboard', start);

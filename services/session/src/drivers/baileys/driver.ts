@@ -1,0 +1,510 @@
+// The WhatsApp network driver: one Baileys socket per instance. It owns the socket's lifecycle
+// (QR or pairing code, restart after pairing, reconnects), sends with the reserved message id and
+// turns Baileys events into listener calls, in order.
+import type { Knex } from 'knex';
+import {
+  Browsers,
+  generateWAMessageContent,
+  generateWAMessageFromContent,
+  isJidBroadcast,
+  isJidNewsletter,
+  isJidStatusBroadcast,
+  makeCacheableSignalKeyStore,
+  proto,
+  type AuthenticationCreds,
+  type BaileysEventMap,
+  type GroupMetadata,
+  type WACallEvent,
+  type WAMessage,
+  type WAMessageKey,
+} from '@whiskeysockets/baileys';
+import {
+  createLogger,
+  problems,
+  SendError,
+  type ConnectionState,
+  type Destination,
+  type DriverContext,
+  type Logger,
+  type NetworkDriver,
+  type OutboundMessage,
+  type Receipt,
+} from '@switchboard/core';
+import { loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
+import { backoffDelay, closeAction, closeCode, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
+import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
+import { destinationJid, lidSide, normalised, phoneOf } from './jids.ts';
+import { downloadWithRetry } from './media-download.ts';
+import { messageContent } from './outbound.ts';
+import { ForwardOnlyReceipts, receiptsFromUpdates, receiptsFromUserReceipts } from './receipts.ts';
+import { SentMessages } from './sent-messages.ts';
+import { SerialQueue } from './serial.ts';
+import { realSocketFactory, type BaileysSocket, type SocketFactory } from './socket.ts';
+
+export interface BaileysDriverOptions {
+  /** Database handle: `getMessage` reads our own send items from it. */
+  db: Knex;
+  log?: Logger;
+  /** Defaults to makeWASocket; tests pass a stand-in. */
+  socketFactory?: SocketFactory;
+  backoff?: BackoffOptions;
+  /** How long requestPairingCode waits for the socket to be ready (first QR). */
+  pairingReadyTimeoutMs?: number;
+  /** After the message went to the socket: how long before the send counts as uncertain. */
+  sendTimeoutMs?: number;
+  mediaUploadTimeoutMs?: number;
+  mediaDownloadTimeoutMs?: number;
+  maxMediaBytes?: number;
+  /**
+   * Asked after close 440 (another socket took over the account). Reconnect only when this says
+   * we still hold the owner lock. Defaults to DriverContext.stillOwner (the session worker's lock);
+   * with neither the driver stays down and leaves it to the worker.
+   */
+  stillOwner?: (instanceId: string) => Promise<boolean>;
+  /** Baileys' own log level; its debug output can contain key material, so keep it at warn. */
+  baileysLogLevel?: string;
+}
+
+const GROUP_METADATA_TTL_MS = 60_000;
+const ON_NETWORK_TTL_MS = 3_600_000;
+
+// History sync kept bounded: the bootstrap chunk, push names and non-blocking data (LID mappings)
+// but no message history (RECENT/FULL/ON_DEMAND), which we would not store anyway.
+const HISTORY_TYPES_SYNCED = new Set<number>([
+  proto.HistorySync.HistorySyncType.INITIAL_BOOTSTRAP,
+  proto.HistorySync.HistorySyncType.PUSH_NAME,
+  proto.HistorySync.HistorySyncType.NON_BLOCKING_DATA,
+]);
+
+export class BaileysDriver implements NetworkDriver {
+  private readonly log: Logger;
+  private readonly baileysLog: Logger;
+  private readonly factory: SocketFactory;
+  private readonly backoff: BackoffOptions;
+  private readonly keyStore;
+  private readonly sent: SentMessages;
+  private readonly receipts = new ForwardOnlyReceipts();
+  private readonly events: SerialQueue;
+  private credsWrites: Promise<void> = Promise.resolve();
+
+  private sock: BaileysSocket | null = null;
+  /** Bumped for every socket; events of an older socket are ignored. */
+  private generation = 0;
+  private creds: AuthenticationCreds | null = null;
+  private running = false;
+  private connected = false;
+  private reconnectAttempt = 0;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  /** The socket that has shown a QR, i.e. is ready for a pairing-code request. */
+  private readySocket: BaileysSocket | null = null;
+  private readyWaiters: Array<(sock: BaileysSocket) => void> = [];
+  private readonly groupCache = new Map<string, { meta: GroupMetadata; at: number }>();
+  private readonly onNetworkCache = new Map<string, { jid: string; at: number }>();
+
+  constructor(
+    private readonly ctx: DriverContext,
+    private readonly opts: BaileysDriverOptions,
+  ) {
+    const log = opts.log ?? createLogger({ name: 'session' });
+    this.log = log.child({ driver: 'baileys', instanceId: ctx.instanceId });
+    this.baileysLog = log.child({ component: 'baileys', instanceId: ctx.instanceId }, { level: quieterLevel(log, opts.baileysLogLevel ?? 'warn') });
+    this.factory = opts.socketFactory ?? realSocketFactory;
+    this.backoff = opts.backoff ?? DEFAULT_BACKOFF;
+    this.keyStore = makeSignalKeyStore(ctx.auth);
+    this.sent = new SentMessages(opts.db, ctx.instanceId);
+    this.events = new SerialQueue((error) => this.log.error({ err: errorSummary(error) }, 'event handling failed'));
+  }
+
+  // ── lifecycle ──────────────────────────────────────────────────────────────
+
+  async connect(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    this.reconnectAttempt = 0;
+    await this.report('starting', {});
+    await this.openSocket();
+  }
+
+  /** Closes the socket, keeps credentials. The worker records the resulting state itself. */
+  async disconnect(): Promise<void> {
+    await this.closeSocket();
+    await this.events.idle();
+  }
+
+  async logout(): Promise<void> {
+    const sock = this.sock;
+    const wasConnected = this.connected;
+    this.stopRunning();
+    if (sock && wasConnected) {
+      // Unlinks the device on the phone's side too; Baileys then closes the socket (ignored: stale).
+      await withTimeout(sock.logout(), 10_000, 'logout').catch((error) => this.log.warn({ err: errorSummary(error) }, 'logout request failed'));
+    }
+    if (sock) await sock.end(undefined).catch(() => {});
+    await this.clearAuth();
+    await this.report('logged_out', { reason: 'logout' });
+  }
+
+  /** Phone pairing: asked only once the socket is ready (has shown a QR); returns `ABCD-EFGH`. */
+  async requestPairingCode(phone: string): Promise<string> {
+    if (!/^\d{8,15}$/.test(phone)) throw problems.badRequest('invalid_phone', 'The phone must be 8 to 15 digits.');
+    if (this.connected) throw problems.conflict('already_connected', 'The instance is already connected.');
+    if (!this.running) throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
+    const sock = await this.waitUntilReady(this.opts.pairingReadyTimeoutMs ?? 20_000);
+    const code = await sock.requestPairingCode(phone);
+    return code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code;
+  }
+
+  private async openSocket(): Promise<void> {
+    this.clearReconnectTimer();
+    const generation = ++this.generation;
+    this.creds ??= await loadCreds(this.ctx.auth);
+    if (generation !== this.generation || !this.running) return; // stopped meanwhile
+    const sock = this.factory({
+      auth: { creds: this.creds, keys: makeCacheableSignalKeyStore(this.keyStore, this.baileysLog) },
+      logger: this.baileysLog,
+      browser: Browsers.ubuntu('Chrome'),
+      markOnlineOnConnect: false,
+      syncFullHistory: false,
+      shouldSyncHistoryMessage: (n) => HISTORY_TYPES_SYNCED.has(n.syncType ?? -1),
+      getMessage: (key) => this.sent.get(key),
+    });
+    this.sock = sock;
+    this.readySocket = null;
+    this.subscribe(sock, generation);
+  }
+
+  /** Stops wanting a connection: no reconnects, events of the current socket ignored from now on. */
+  private stopRunning(): void {
+    this.running = false;
+    this.connected = false;
+    this.clearReconnectTimer();
+    this.generation++;
+    this.sock = null;
+    this.readySocket = null;
+  }
+
+  private async closeSocket(): Promise<void> {
+    const sock = this.sock;
+    this.stopRunning();
+    if (sock) await sock.end(undefined).catch((error) => this.log.warn({ err: errorSummary(error) }, 'socket end failed'));
+  }
+
+  private async clearAuth(): Promise<void> {
+    await this.credsWrites; // a creds write still in flight must not resurrect what we clear
+    await this.ctx.auth.clear();
+    this.creds = null;
+  }
+
+  private scheduleReconnect(): void {
+    const delay = backoffDelay(this.reconnectAttempt++, this.backoff);
+    this.log.info({ delayMs: delay }, 'reconnecting');
+    this.clearReconnectTimer();
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      if (!this.running) return;
+      this.openSocket().catch(async (error) => {
+        this.log.error({ err: errorSummary(error) }, 'could not open the socket');
+        if (this.running) this.scheduleReconnect();
+      });
+    }, delay);
+  }
+
+  private clearReconnectTimer(): void {
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+  }
+
+  private waitUntilReady(timeoutMs: number): Promise<BaileysSocket> {
+    if (this.readySocket && this.readySocket === this.sock) return Promise.resolve(this.readySocket);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter);
+        reject(problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.'));
+      }, timeoutMs);
+      const waiter = (sock: BaileysSocket) => {
+        clearTimeout(timer);
+        resolve(sock);
+      };
+      this.readyWaiters.push(waiter);
+    });
+  }
+
+  // ── events ─────────────────────────────────────────────────────────────────
+
+  private subscribe(sock: BaileysSocket, generation: number): void {
+    const current = () => generation === this.generation;
+    const on = <E extends keyof BaileysEventMap>(event: E, handle: (data: BaileysEventMap[E]) => Promise<void>) => {
+      sock.ev.on(event, (data) => {
+        if (current()) this.events.post(() => (current() ? handle(data) : Promise.resolve()));
+      });
+    };
+    // Credentials are written on their own chain, so a slow listener never delays them.
+    sock.ev.on('creds.update', () => {
+      if (!current() || !this.creds) return;
+      const creds = this.creds;
+      this.credsWrites = this.credsWrites
+        .then(() => saveCreds(this.ctx.auth, creds))
+        .catch((error) => this.log.error({ err: errorSummary(error) }, 'saving credentials failed'));
+    });
+    // Readiness for pairing is signalled at once, not behind queued events.
+    sock.ev.on('connection.update', (update) => {
+      if (current() && update.qr) this.markReady(sock);
+    });
+    on('connection.update', (update) => this.onConnectionUpdate(sock, update));
+    on('messages.upsert', (upsert) => this.onUpsert(sock, upsert));
+    on('messages.update', (updates) => this.onReceipts(receiptsFromUpdates(updates)));
+    on('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates)));
+    on('presence.update', (update) => this.onPresence(update));
+    on('call', (calls) => this.onCalls(sock, calls));
+  }
+
+  private markReady(sock: BaileysSocket): void {
+    this.readySocket = sock;
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const waiter of waiters) waiter(sock);
+  }
+
+  private async onConnectionUpdate(sock: BaileysSocket, update: BaileysEventMap['connection.update']): Promise<void> {
+    if (update.qr && !this.connected) await this.report('awaiting_scan', { qr: update.qr });
+    if (update.connection === 'open') {
+      this.connected = true;
+      this.reconnectAttempt = 0;
+      await this.report('connected', { phone: phoneOf(sock.user?.id) });
+    }
+    if (update.connection === 'close') await this.onClose(update.lastDisconnect?.error);
+  }
+
+  private async onClose(error: unknown): Promise<void> {
+    this.connected = false;
+    this.sock = null;
+    this.readySocket = null;
+    const code = closeCode(error);
+    const action = closeAction(code);
+    this.log.info({ code, action: action.kind }, 'socket closed');
+    switch (action.kind) {
+      case 'restart':
+        await this.openSocket();
+        return;
+      case 'reconnect':
+        await this.report('reconnecting', { reason: action.reason });
+        this.scheduleReconnect();
+        return;
+      case 'logged_out':
+        this.stopRunning();
+        await this.clearAuth();
+        await this.report('logged_out', { reason: action.reason });
+        return;
+      case 'replaced': {
+        await this.report('reconnecting', { reason: action.reason });
+        const owner = await this.stillOwner();
+        if (owner && this.running) this.scheduleReconnect();
+        else {
+          this.log.warn('another connection took over this account; not reconnecting');
+          this.stopRunning();
+        }
+        return;
+      }
+    }
+  }
+
+  private async onUpsert(sock: BaileysSocket, upsert: BaileysEventMap['messages.upsert']): Promise<void> {
+    // `append` is history and our own sends (echoed by send()); only live messages are relayed.
+    if (upsert.type !== 'notify') return;
+    for (const msg of upsert.messages) {
+      try {
+        await this.onLiveMessage(sock, msg);
+      } catch (error) {
+        this.log.error({ err: errorSummary(error), messageId: msg.key?.id }, 'could not process a received message');
+      }
+    }
+  }
+
+  private async onLiveMessage(sock: BaileysSocket, msg: WAMessage): Promise<void> {
+    const chat = msg.key?.remoteJid;
+    if (!chat) return;
+    const settings = this.ctx.settings();
+    if (isJidStatusBroadcast(chat)) {
+      if (settings.autoReadStatus && !msg.key.fromMe) await this.markRead(sock, msg.key);
+      return;
+    }
+    if (isJidNewsletter(chat) || isJidBroadcast(chat)) return;
+    const inbound = await normaliseMessage(msg, this.normaliseDeps(sock));
+    if (!inbound) return;
+    await this.ctx.listener.onMessage(inbound);
+    if (settings.autoReadMessages && !msg.key.fromMe) await this.markRead(sock, msg.key);
+  }
+
+  private async markRead(sock: BaileysSocket, key: WAMessageKey): Promise<void> {
+    await sock.readMessages([key]).catch((error) => this.log.warn({ err: errorSummary(error) }, 'marking read failed'));
+  }
+
+  private normaliseDeps(sock: BaileysSocket): NormaliseDeps {
+    return {
+      me: () => ({ phone: phoneOf(sock.user?.id), lid: normalised(sock.user?.lid) }),
+      isOwnSend: (id) => this.ctx.isOwnSend(id),
+      download: (message) =>
+        downloadWithRetry(message, {
+          timeoutMs: this.opts.mediaDownloadTimeoutMs ?? 25_000,
+          maxBytes: this.opts.maxMediaBytes ?? 100 * 1024 * 1024,
+          reupload: (m) => sock.updateMediaMessage(m),
+        }),
+    };
+  }
+
+  private async onReceipts(receipts: Receipt[]): Promise<void> {
+    for (const receipt of receipts) {
+      if (this.receipts.accept(receipt)) await this.ctx.listener.onReceipt(receipt);
+    }
+  }
+
+  private async onPresence(update: BaileysEventMap['presence.update']): Promise<void> {
+    for (const [jid, data] of Object.entries(update.presences)) {
+      await this.ctx.listener.onPresence({
+        phone: phoneOf(jid),
+        chatLid: lidSide(jid, null),
+        presence: data.lastKnownPresence,
+      });
+    }
+  }
+
+  private async onCalls(sock: BaileysSocket, calls: WACallEvent[]): Promise<void> {
+    for (const call of calls) {
+      if (call.status !== 'offer') continue;
+      if (this.ctx.settings().autoRejectCalls) {
+        await sock.rejectCall(call.id, call.from).catch((error) => this.log.warn({ err: errorSummary(error) }, 'rejecting a call failed'));
+      }
+      await this.ctx.listener.onCall?.({ id: call.id, from: call.callerPn ?? call.from });
+    }
+  }
+
+  /** The option wins (tests); else the session worker's owner lock through the context. */
+  private async stillOwner(): Promise<boolean> {
+    const ask = this.opts.stillOwner ? () => this.opts.stillOwner!(this.ctx.instanceId) : this.ctx.stillOwner;
+    return ask ? await ask().catch(() => false) : false;
+  }
+
+  private async report(state: ConnectionState, info: { qr?: string | null; phone?: string | null; reason?: string | null }): Promise<void> {
+    await this.ctx.listener.onState(state, info);
+  }
+
+  // ── sending ────────────────────────────────────────────────────────────────
+
+  async send(msg: OutboundMessage): Promise<void> {
+    const sock = this.sock;
+    if (!sock || !this.connected) throw new SendError('not_connected', 'the instance is not connected', true);
+    const content = messageContent(msg); // SendError on bad input
+    const jid = await this.resolveDestination(sock, msg.to);
+
+    let prepared: proto.IMessage;
+    try {
+      prepared = await generateWAMessageContent(content, {
+        upload: sock.waUploadToServer,
+        logger: this.baileysLog,
+        mediaUploadTimeoutMs: this.opts.mediaUploadTimeoutMs ?? 60_000,
+        jid,
+      });
+    } catch (error) {
+      throw new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
+    }
+    const full = generateWAMessageFromContent(jid, prepared, { userJid: sock.user?.id ?? '', messageId: msg.messengerId });
+    this.sent.remember(msg.messengerId, full.message!);
+
+    // From here on the message may reach the network: a failure no longer proves it did not.
+    try {
+      await withTimeout(sock.relayMessage(jid, full.message!, { messageId: msg.messengerId }), this.opts.sendTimeoutMs ?? 30_000, 'send');
+    } catch (error) {
+      const timedOut = error instanceof TimeoutError;
+      throw new SendError(timedOut ? 'timeout' : 'connection_lost', `the send was interrupted: ${errorSummary(error)}`, false);
+    }
+    this.echoOwnSend(sock, full, msg);
+  }
+
+  /** Checks and maps a destination; definite failures here mean nothing was sent. */
+  private async resolveDestination(sock: BaileysSocket, to: Destination): Promise<string> {
+    const jid = destinationJid(to);
+    if (to.kind === 'phone') return this.phoneOnNetwork(sock, to.phone, jid);
+    if (to.kind === 'group' && this.ctx.settings().protectAnnouncementGroups) await this.assertMayPostTo(sock, jid);
+    return jid;
+  }
+
+  /** WhatsApp's canonical JID of a phone number; `not_on_network` when it has no account. */
+  private async phoneOnNetwork(sock: BaileysSocket, phone: string, jid: string): Promise<string> {
+    const cached = this.onNetworkCache.get(phone);
+    if (cached && Date.now() - cached.at < ON_NETWORK_TTL_MS) return cached.jid;
+    let result: { jid: string; exists: boolean }[] | undefined;
+    try {
+      result = await sock.onWhatsApp(phone);
+    } catch (error) {
+      // The lookup is a courtesy; when it fails the send goes ahead and the network decides.
+      this.log.warn({ err: errorSummary(error) }, 'number lookup failed');
+      return jid;
+    }
+    if (!result) return jid;
+    const found = result.find((r) => r.exists);
+    if (!found) throw new SendError('not_on_network', 'the number is not on WhatsApp', true);
+    this.onNetworkCache.set(phone, { jid: found.jid, at: Date.now() });
+    return found.jid;
+  }
+
+  private async assertMayPostTo(sock: BaileysSocket, groupJid: string): Promise<void> {
+    let meta: GroupMetadata;
+    try {
+      meta = await this.groupMetadata(sock, groupJid);
+    } catch (error) {
+      throw new SendError('group_unavailable', `could not read the group: ${errorSummary(error)}`, true);
+    }
+    if (!meta.announce) return;
+    const me = new Set([normalised(sock.user?.id), normalised(sock.user?.lid)].filter(Boolean));
+    const self = meta.participants.find((p) => [p.id, p.lid, p.phoneNumber].some((j) => j && me.has(normalised(j))));
+    if (!self?.admin) throw new SendError('announcement_group', 'only admins can send to this announcement group', true);
+  }
+
+  private async groupMetadata(sock: BaileysSocket, jid: string): Promise<GroupMetadata> {
+    const cached = this.groupCache.get(jid);
+    if (cached && Date.now() - cached.at < GROUP_METADATA_TTL_MS) return cached.meta;
+    const meta = await sock.groupMetadata(jid);
+    this.groupCache.set(jid, { meta, at: Date.now() });
+    return meta;
+  }
+
+  /** The network echoes our sends as own messages; we relay them like one from the phone. */
+  private echoOwnSend(sock: BaileysSocket, full: WAMessage, msg: OutboundMessage): void {
+    const media = msg.media;
+    const deps: NormaliseDeps = {
+      ...this.normaliseDeps(sock),
+      isOwnSend: async () => true,
+      download: async () => media ?? new Uint8Array(),
+    };
+    this.events.post(async () => {
+      const inbound = await normaliseMessage(full, deps);
+      if (inbound) await this.ctx.listener.onMessage(inbound);
+    });
+  }
+}
+
+class TimeoutError extends Error {
+  override name = 'TimeoutError';
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(`${what} timed out after ${ms} ms`)), ms);
+  });
+  work.catch(() => {}); // settles late or never; either way not an unhandled rejection
+  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
+}
+
+/** Error text for logs and send errors: message and status, never payloads or URLs. */
+function errorSummary(error: unknown): string {
+  const e = error as { message?: string; output?: { statusCode?: number } } | undefined;
+  const text = (e?.message ?? String(error)).replace(/[a-z]+:\/\/\S+/gi, '<url>').slice(0, 200);
+  return e?.output?.statusCode ? `${text} (${e.output.statusCode})` : text;
+}
+
+/** The quieter of the parent logger's level and the wanted one (never more verbose than the parent). */
+function quieterLevel(parent: Logger, wanted: string): string {
+  const wantedValue = parent.levels.values[wanted] ?? parent.levels.values.warn;
+  return parent.levelVal > wantedValue ? parent.level : wanted;
+}

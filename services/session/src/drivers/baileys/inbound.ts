@@ -1,0 +1,130 @@
+// A received WAMessage → our InboundMessage. Wrappers (ephemeral, view-once, document with caption,
+// edits) are unwrapped; addressing follows Baileys 7's LID model: `remoteJid`/`participant` are
+// the addressing JIDs and `remoteJidAlt`/`participantAlt` the other form, so the phone is taken
+// from whichever side is a phone-number JID, and stays null when only a LID is known.
+import { proto, type WAMessage } from '@whiskeysockets/baileys';
+import type { InboundMedia, InboundMessage, MessageType } from '@switchboard/core';
+import { isGroupJid, lidSide, normalised, pnSide } from './jids.ts';
+
+export interface Unwrapped {
+  content: proto.IMessage | undefined;
+  viewOnce: boolean;
+}
+
+/** Peels the wrappers off a message, remembering whether it was single-view. */
+export function unwrap(message: proto.IMessage | null | undefined): Unwrapped {
+  let content = message ?? undefined;
+  let viewOnce = false;
+  for (let depth = 0; depth < 6 && content; depth++) {
+    const editedProtocol =
+      content.protocolMessage?.type === proto.Message.ProtocolMessage.Type.MESSAGE_EDIT ? content.protocolMessage.editedMessage : undefined;
+    const once = content.viewOnceMessage ?? content.viewOnceMessageV2 ?? content.viewOnceMessageV2Extension;
+    const inner = once ?? content.ephemeralMessage ?? content.documentWithCaptionMessage ?? content.editedMessage;
+    if (once) viewOnce = true;
+    if (inner?.message) content = inner.message;
+    else if (editedProtocol) content = editedProtocol;
+    else break;
+  }
+  return { content, viewOnce };
+}
+
+type MediaProto =
+  | proto.Message.IImageMessage
+  | proto.Message.IVideoMessage
+  | proto.Message.IAudioMessage
+  | proto.Message.IDocumentMessage
+  | proto.Message.IStickerMessage;
+
+interface Classified {
+  type: MessageType;
+  text: string | null;
+  media?: MediaProto;
+}
+
+/** The message type and text of unwrapped content; null for kinds we do not relay (reactions, polls…). */
+export function classify(content: proto.IMessage | undefined): Classified | null {
+  if (!content) return null;
+  if (typeof content.conversation === 'string') return { type: 'text', text: content.conversation };
+  if (typeof content.extendedTextMessage?.text === 'string') return { type: 'text', text: content.extendedTextMessage.text };
+  if (content.imageMessage) return { type: 'image', text: content.imageMessage.caption ?? null, media: content.imageMessage };
+  if (content.videoMessage) return { type: 'video', text: content.videoMessage.caption ?? null, media: content.videoMessage };
+  if (content.ptvMessage) return { type: 'video', text: null, media: content.ptvMessage };
+  if (content.audioMessage) return { type: 'audio', text: null, media: content.audioMessage };
+  if (content.documentMessage) return { type: 'document', text: content.documentMessage.caption ?? null, media: content.documentMessage };
+  if (content.stickerMessage) return { type: 'sticker', text: null, media: content.stickerMessage };
+  return null;
+}
+
+export interface NormaliseDeps {
+  /** Our own account (for own group messages that carry no participant). */
+  me(): { phone: string | null; lid: string | null };
+  isOwnSend(messengerId: string): Promise<boolean>;
+  /** Fetches the media of a (possibly unwrapped) message. */
+  download(message: WAMessage): Promise<Uint8Array>;
+}
+
+/** Normalises one message; null when it is not something we relay (no content, stub, status…). */
+export async function normaliseMessage(msg: WAMessage, deps: NormaliseDeps): Promise<InboundMessage | null> {
+  const key = msg.key;
+  if (!key?.id || !key.remoteJid) return null;
+  const { content, viewOnce } = unwrap(msg.message);
+  const kind = classify(content);
+  if (!kind) return null;
+
+  const fromMe = !!key.fromMe;
+  const isGroup = isGroupJid(key.remoteJid);
+  const address = isGroup ? addressOfGroupSender(msg) : { phone: pnSide(key.remoteJid, key.remoteJidAlt), lid: lidSide(key.remoteJid, key.remoteJidAlt) };
+  const me = deps.me();
+  const phone = address.phone ?? (isGroup && fromMe ? me.phone : null);
+
+  const out: InboundMessage = {
+    messageId: key.id,
+    from: normalised(key.remoteJid),
+    phone,
+    chatLid: address.lid ?? (isGroup && fromMe ? me.lid : null),
+    participant: isGroup ? normalised(key.participant ?? msg.participant) : null,
+    fromMe,
+    fromApi: fromMe ? await deps.isOwnSend(key.id) : false,
+    name: msg.pushName ?? null,
+    type: kind.type,
+    text: kind.text,
+    isGroup,
+  };
+  if (kind.media) out.media = describeMedia(kind, viewOnce, { ...msg, message: content }, deps);
+  return out;
+}
+
+function addressOfGroupSender(msg: WAMessage): { phone: string | null; lid: string | null } {
+  const participant = msg.key.participant ?? msg.participant;
+  return { phone: pnSide(participant, msg.key.participantAlt), lid: lidSide(participant, msg.key.participantAlt) };
+}
+
+function describeMedia(kind: Classified, viewOnce: boolean, unwrapped: WAMessage, deps: NormaliseDeps): InboundMedia {
+  const media = kind.media!;
+  const audio = kind.type === 'audio' ? (media as proto.Message.IAudioMessage) : undefined;
+  const seconds = (media as proto.Message.IAudioMessage | proto.Message.IVideoMessage).seconds;
+  const fileName = kind.type === 'document' ? (media as proto.Message.IDocumentMessage).fileName : undefined;
+  return {
+    mimetype: media.mimetype ?? defaultMimetype(kind.type),
+    ...(fileName ? { fileName } : {}),
+    ...(typeof seconds === 'number' ? { seconds } : {}),
+    ...(audio ? { voiceNote: !!audio.ptt } : {}),
+    viewOnce: viewOnce || !!(media as proto.Message.IImageMessage).viewOnce,
+    download: () => deps.download(unwrapped),
+  };
+}
+
+function defaultMimetype(type: MessageType): string {
+  switch (type) {
+    case 'image':
+      return 'image/jpeg';
+    case 'video':
+      return 'video/mp4';
+    case 'audio':
+      return 'audio/ogg; codecs=opus';
+    case 'sticker':
+      return 'image/webp';
+    default:
+      return 'application/octet-stream';
+  }
+}

@@ -1,0 +1,28 @@
+// An OutboundMessage → Baileys message content. Media arrives already validated and, for voice
+// notes, already converted to Ogg Opus by the gateway.
+import type { AnyMessageContent } from '@whiskeysockets/baileys';
+import { SendError, type OutboundMessage } from '@switchboard/core';
+
+export const VOICE_NOTE_MIMETYPE = 'audio/ogg; codecs=opus';
+
+export function messageContent(msg: OutboundMessage): AnyMessageContent {
+  if (msg.type === 'text') {
+    if (typeof msg.text !== 'string' || !msg.text) throw new SendError('invalid_message', 'text message without text', true);
+    return { text: msg.text };
+  }
+  if (!msg.media || !msg.media.length) throw new SendError('invalid_message', `${msg.type} message without media`, true);
+  const media = Buffer.from(msg.media.buffer, msg.media.byteOffset, msg.media.byteLength);
+  const caption = msg.caption || undefined;
+  switch (msg.type) {
+    case 'image':
+      return { image: media, caption, mimetype: msg.mimetype };
+    case 'video':
+      return { video: media, caption, mimetype: msg.mimetype };
+    case 'audio':
+      return msg.ptt ? { audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE } : { audio: media, mimetype: msg.mimetype };
+    case 'document':
+      return { document: media, mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName ?? 'file', caption };
+    case 'sticker':
+      return { sticker: media, mimetype: 'image/webp' };
+  }
+}

@@ -1,0 +1,250 @@
+// A stand-in for Baileys' socket, for tests: no WhatsApp server is reachable from test machines.
+// It behaves like makeWASocket as far as the driver can observe: Baileys' own event buffer as `ev`
+// (including buffering until offline notifications are handled), the same event order on
+// connect/pair/close, the same Boom errors and status codes, credentials mutated through
+// `creds.update`, media uploaded as encrypted files. The test drives the "server side" through
+// StandInNetwork (show a QR, complete a scan, open, drop with a code, deliver events).
+import { readFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { Boom } from '@hapi/boom';
+import {
+  bytesToCrockford,
+  DisconnectReason,
+  jidEncode,
+  makeEventBuffer,
+  type BaileysEventMap,
+  type GroupMetadata,
+  type MessageRelayOptions,
+  type UserFacingSocketConfig,
+  type WAMediaUploadFunction,
+  type WAMessage,
+  type WAMessageKey,
+  proto,
+} from '@whiskeysockets/baileys';
+import type { Logger } from '@switchboard/core';
+import type { BaileysSocket, SocketFactory } from './socket.ts';
+
+export interface RelayedMessage {
+  jid: string;
+  message: proto.IMessage;
+  messageId: string | undefined;
+}
+
+/** How the next relayMessage calls behave. */
+export type RelayBehaviour = 'accept' | 'hang' | 'close';
+
+/** The simulated server side, shared by all sockets one driver creates over its life. */
+export class StandInNetwork {
+  readonly sockets: StandInSocket[] = [];
+  readonly relayed: RelayedMessage[] = [];
+  readonly uploads = new Map<string, Buffer>();
+  readonly reads: WAMessageKey[] = [];
+  readonly rejectedCalls: { id: string; from: string }[] = [];
+  readonly pairingRequests: string[] = [];
+  readonly logouts: string[] = [];
+  reuploads = 0;
+  relayBehaviour: RelayBehaviour = 'accept';
+  uploadFails = false;
+  /** Phone digits that have no WhatsApp account. */
+  readonly notOnNetwork = new Set<string>();
+  readonly groups = new Map<string, GroupMetadata>();
+  /** Media base URL handed out by uploads (the test may serve it over HTTP). */
+  mediaBaseUrl = 'http://127.0.0.1:9/media';
+  /** What the sender's phone answers to a re-upload request; default: the media is gone. */
+  reupload: (message: WAMessage) => Promise<WAMessage> = async () => {
+    throw new Boom('Media re-upload failed by device (NOT_FOUND)', { statusCode: 404 });
+  };
+
+  /**
+   * `auto`: the server answers on its own like WhatsApp does — a socket without credentials gets a
+   * QR, one with credentials is logged in, and accepted sends get server-ack, delivery and read
+   * receipts `receiptDelayMs` apart. Without it the test performs each step itself.
+   */
+  constructor(
+    private readonly log: Logger,
+    readonly opts: { auto?: boolean; receiptDelayMs?: number } = {},
+  ) {}
+
+  readonly factory: SocketFactory = (config) => {
+    const sock = new StandInSocket(this, config, this.log);
+    this.sockets.push(sock);
+    return sock;
+  };
+
+  /** The most recently created socket. */
+  get current(): StandInSocket {
+    const sock = this.sockets[this.sockets.length - 1];
+    if (!sock) throw new Error('no socket was created');
+    return sock;
+  }
+}
+
+export class StandInSocket implements BaileysSocket {
+  readonly ev;
+  readonly config: UserFacingSocketConfig;
+  private closed = false;
+  private buffering = false;
+
+  constructor(
+    private readonly network: StandInNetwork,
+    config: UserFacingSocketConfig,
+    log: Logger,
+  ) {
+    this.config = config;
+    this.ev = makeEventBuffer(log as never);
+    // Like makeWASocket: credentials are mutated in place by every creds.update.
+    this.ev.on('creds.update', (update) => Object.assign(config.auth.creds, update));
+    process.nextTick(() => {
+      if (this.closed) return;
+      if (config.auth.creds.me?.id) {
+        this.ev.buffer(); // a logged-in socket buffers until offline notifications are handled
+        this.buffering = true;
+      }
+      this.ev.emit('connection.update', { connection: 'connecting', receivedPendingNotifications: false, qr: undefined });
+      if (network.opts.auto) setImmediate(() => !this.closed && (config.auth.creds.me?.id ? this.open() : this.showQr()));
+    });
+  }
+
+  get user() {
+    return this.config.auth.creds.me;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  // ── server side, driven by tests ───────────────────────────────────────────
+
+  /** The server handed out a pairing ref: a QR is shown. */
+  showQr(qr = `2@${randomBytes(24).toString('base64')},${randomBytes(8).toString('hex')}`): string {
+    this.ev.emit('connection.update', { qr });
+    return qr;
+  }
+
+  /** The phone scanned the QR (or typed the code): pair-success, then the server asks for a restart (515). */
+  completePairing(phone: string, lid = `${phone.slice(-6)}0042`): void {
+    const me = { id: jidEncode(phone, 's.whatsapp.net', 12), name: 'Switchboard Test', lid: jidEncode(lid, 'lid', 12) };
+    this.ev.emit('creds.update', { me, platform: 'android', signalIdentities: [] });
+    this.ev.emit('connection.update', { isNewLogin: true, qr: undefined });
+    void this.end(new Boom('Stream Errored (restart required)', { statusCode: DisconnectReason.restartRequired }));
+  }
+
+  /** Login succeeded (CB:success) and the offline notifications were handled. */
+  open(): void {
+    const me = this.config.auth.creds.me;
+    this.ev.emit('creds.update', { me: { ...me!, lid: me?.lid } });
+    this.ev.emit('connection.update', { connection: 'open' });
+    if (this.buffering) {
+      this.ev.flush();
+      this.buffering = false;
+    }
+    this.ev.emit('connection.update', { receivedPendingNotifications: true });
+  }
+
+  /** The connection closes with a DisconnectReason code. */
+  drop(statusCode: number, message = 'Connection Failure'): Promise<void> {
+    return this.end(new Boom(message, { statusCode }));
+  }
+
+  emit<E extends keyof BaileysEventMap>(event: E, data: BaileysEventMap[E]): void {
+    this.ev.emit(event, data);
+  }
+
+  // ── the socket API the driver uses ─────────────────────────────────────────
+
+  async requestPairingCode(phoneNumber: string): Promise<string> {
+    this.assertOpen();
+    const code = bytesToCrockford(randomBytes(5));
+    this.config.auth.creds.pairingCode = code;
+    this.config.auth.creds.me = { id: jidEncode(phoneNumber, 's.whatsapp.net'), name: '~' };
+    this.ev.emit('creds.update', this.config.auth.creds);
+    this.network.pairingRequests.push(phoneNumber);
+    return code;
+  }
+
+  async logout(msg?: string): Promise<void> {
+    const jid = this.config.auth.creds.me?.id;
+    if (jid) {
+      this.assertOpen();
+      this.network.logouts.push(jid);
+    }
+    void this.end(new Boom(msg || 'Intentional Logout', { statusCode: DisconnectReason.loggedOut }));
+  }
+
+  async end(error: Error | undefined): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.ev.emit('connection.update', { connection: 'close', lastDisconnect: { error, date: new Date() } });
+    this.ev.removeAllListeners('connection.update');
+    this.ev.destroy();
+  }
+
+  async relayMessage(jid: string, message: proto.IMessage, opts: MessageRelayOptions): Promise<string> {
+    this.assertOpen();
+    if (!this.config.auth.creds.me?.id) throw new Boom('Not authenticated', { statusCode: 401 });
+    const behaviour = this.network.relayBehaviour;
+    if (behaviour === 'hang') return new Promise<string>(() => {});
+    this.network.relayed.push({ jid, message, messageId: opts.messageId });
+    if (behaviour === 'close') {
+      // The node went out, then the connection dropped before the server acknowledged it.
+      void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
+      throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+    }
+    if (this.network.opts.auto && opts.messageId) this.acknowledge(jid, opts.messageId);
+    return opts.messageId ?? '';
+  }
+
+  /** Server ack, then delivery and read receipts, as `messages.update` like Baileys emits them. */
+  private acknowledge(jid: string, id: string): void {
+    const delay = this.network.opts.receiptDelayMs ?? 5;
+    const statuses = [proto.WebMessageInfo.Status.SERVER_ACK, proto.WebMessageInfo.Status.DELIVERY_ACK, proto.WebMessageInfo.Status.READ];
+    statuses.forEach((status, i) =>
+      setTimeout(() => {
+        if (!this.closed) this.ev.emit('messages.update', [{ key: { remoteJid: jid, fromMe: true, id }, update: { status } }]);
+      }, delay * (i + 1)),
+    );
+  }
+
+  readonly waUploadToServer: WAMediaUploadFunction = async (encFilePath, { mediaType }) => {
+    if (this.network.uploadFails) throw new Boom('Media upload failed on all hosts', { statusCode: 500 });
+    const id = randomBytes(8).toString('hex');
+    this.network.uploads.set(id, await readFile(encFilePath));
+    return { mediaUrl: `${this.network.mediaBaseUrl}/${mediaType}/${id}`, directPath: `/media/${mediaType}/${id}` };
+  };
+
+  async updateMediaMessage(message: WAMessage): Promise<WAMessage> {
+    this.assertOpen();
+    this.network.reuploads++;
+    return this.network.reupload(message);
+  }
+
+  async onWhatsApp(...phoneNumbers: string[]): Promise<{ jid: string; exists: boolean }[]> {
+    this.assertOpen();
+    // Like the real usync query: numbers without an account are simply absent from the list.
+    return phoneNumbers
+      .map((p) => p.replace(/\D/g, ''))
+      .filter((digits) => !this.network.notOnNetwork.has(digits))
+      .map((digits) => ({ jid: `${digits}@s.whatsapp.net`, exists: true }));
+  }
+
+  async groupMetadata(jid: string): Promise<GroupMetadata> {
+    this.assertOpen();
+    const meta = this.network.groups.get(jid);
+    if (!meta) throw new Boom('item-not-found', { statusCode: 404 });
+    return meta;
+  }
+
+  async readMessages(keys: WAMessageKey[]): Promise<void> {
+    this.assertOpen();
+    this.network.reads.push(...keys);
+  }
+
+  async rejectCall(callId: string, callFrom: string): Promise<void> {
+    this.assertOpen();
+    this.network.rejectedCalls.push({ id: callId, from: callFrom });
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+  }
+}

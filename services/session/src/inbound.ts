@@ -1,0 +1,140 @@
+// The receive pipeline (DESIGN §1 "Receive"): a normalised network message becomes an `incoming`
+// row (once per message id, so a redelivered message is recorded once), its media is archived,
+// and a `message.received` event is recorded in the same statement as the row.
+import type { Knex } from 'knex';
+import { newId, recordEvent, recordEventAfter, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate } from '@switchboard/core';
+import type { MediaArchive } from './media-archive.ts';
+
+export interface InboundDeps {
+  db: Knex;
+  instanceId: string;
+  media: MediaArchive;
+  downloadTimeoutMs: number;
+  log: Logger;
+  /** Whether a message id is one of our API sends (→ fromApi). */
+  isOwnSend(messengerId: string): Promise<boolean>;
+}
+
+/** How the media is kept on the incoming row; links are signed on demand from `mediaId`. */
+interface StoredMediaInfo {
+  mediaId: string | null;
+  mimetype: string;
+  fileName: string | null;
+  seconds: number | null;
+  voiceNote: boolean;
+  downloadAvailable: boolean;
+  viewOnce?: boolean;
+  error?: string;
+}
+
+/** Records one inbound message. Returns false when it had been recorded before. */
+export async function recordInbound(deps: InboundDeps, msg: InboundMessage): Promise<boolean> {
+  // The look-up only saves downloading a duplicate's media; without media the insert below
+  // (ON CONFLICT … IGNORE) detects a duplicate by itself, one round trip fewer per message.
+  if (msg.media && (await alreadyRecorded(deps, msg.messageId))) return false;
+  const fromApi = msg.fromApi ?? (msg.fromMe && (await deps.isOwnSend(msg.messageId)));
+  const media = msg.media ? await archiveMedia(deps, msg.media) : undefined;
+
+  // One statement (autocommit): the incoming row, and only if it was new (ON CONFLICT … IGNORE
+  // returns no row for a message recorded before), its event and outbox rows.
+  const incoming = deps.db('incoming')
+    .insert({
+      id: newId('in'),
+      instance_id: deps.instanceId,
+      message_id: msg.messageId,
+      from: msg.from,
+      phone: msg.phone,
+      chat_lid: msg.chatLid,
+      participant: msg.participant,
+      from_me: msg.fromMe,
+      from_api: fromApi,
+      name: msg.name,
+      type: msg.type,
+      text: msg.text,
+      media: media ? JSON.stringify(media) : null,
+    })
+    .onConflict(['instance_id', 'message_id'])
+    .ignore()
+    .returning('id');
+  const event = await recordEventAfter(deps.db, incoming, { instanceId: deps.instanceId, type: 'message.received', data: eventData(deps, msg, fromApi, media) });
+  const recorded = event !== null;
+  if (!recorded && media?.mediaId) deps.log.debug({ mediaId: media.mediaId }, 'inbound: duplicate message, its media copy is left to retention');
+  return recorded;
+}
+
+export async function recordPresence(db: Knex, instanceId: string, update: PresenceUpdate): Promise<void> {
+  // One statement (event + outbox row), so no transaction is needed.
+  await recordEvent(db, { instanceId, type: 'chat.presence', data: { phone: update.phone, chatLid: update.chatLid, presence: update.presence } });
+}
+
+async function alreadyRecorded(deps: InboundDeps, messageId: string): Promise<boolean> {
+  const row = await deps.db('incoming').where({ instance_id: deps.instanceId, message_id: messageId }).first('id');
+  return row !== undefined;
+}
+
+async function archiveMedia(deps: InboundDeps, media: InboundMedia): Promise<StoredMediaInfo> {
+  const info: StoredMediaInfo = {
+    mediaId: null,
+    mimetype: media.mimetype,
+    fileName: media.fileName ?? null,
+    seconds: media.seconds ?? null,
+    voiceNote: media.voiceNote ?? false,
+    downloadAvailable: false,
+  };
+  if (media.viewOnce) {
+    // Single-view media is announced but never archived (spec, Limits).
+    return { ...info, viewOnce: true, error: 'view_once: single-view media is not archived' };
+  }
+  try {
+    const bytes = await withTimeout(media.download(), deps.downloadTimeoutMs);
+    const stored = await deps.media.store({
+      instanceId: deps.instanceId,
+      direction: 'inbound',
+      mimetype: media.mimetype,
+      fileName: media.fileName,
+      seconds: media.seconds,
+      voiceNote: media.voiceNote,
+      bytes,
+    });
+    return { ...info, mediaId: stored.id, downloadAvailable: true };
+  } catch (err) {
+    deps.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'inbound: media download failed');
+    return { ...info, error: `download_failed: ${err instanceof Error ? err.message : 'the media could not be downloaded'}` };
+  }
+}
+
+function eventData(deps: InboundDeps, msg: InboundMessage, fromApi: boolean, media: StoredMediaInfo | undefined): Record<string, unknown> {
+  const data: Record<string, unknown> = {
+    messageId: msg.messageId,
+    from: msg.from,
+    phone: msg.phone,
+    chatLid: msg.chatLid,
+    participant: msg.participant,
+    fromMe: msg.fromMe,
+    fromApi,
+    name: msg.name,
+    type: msg.type,
+    text: msg.text,
+  };
+  if (media) {
+    data.media = {
+      url: media.mediaId ? deps.media.link(deps.instanceId, media.mediaId) : null,
+      mimetype: media.mimetype,
+      fileName: media.fileName,
+      seconds: media.seconds,
+      voiceNote: media.voiceNote,
+      downloadAvailable: media.downloadAvailable,
+      ...(media.error ? { error: media.error } : {}),
+    };
+  }
+  return data;
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+  });
+  promise.catch(() => undefined);
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}

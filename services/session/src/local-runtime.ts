@@ -1,0 +1,88 @@
+// LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
+// per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
+// at server start brings back every instance that was running (connected ones without a scan).
+import { DbAuthStore, problems, type SessionRuntime } from '@switchboard/core';
+import { recordConnectionState } from './connection-state.ts';
+import { callSessionOp } from './session-ops.ts';
+import { SessionWorker, type SessionWorkerOptions } from './worker.ts';
+
+export type LocalRuntimeOptions = Omit<SessionWorkerOptions, 'instanceId'>;
+
+export class LocalSessionRuntime implements SessionRuntime {
+  private readonly workers = new Map<string, SessionWorker>();
+
+  constructor(private readonly opts: LocalRuntimeOptions) {}
+
+  /** Starts a worker for every instance that was running (server start); instances that were
+   *  never connected stay `stopped` until someone connects them. */
+  async resumeAll(): Promise<void> {
+    const ids = (await this.opts.db('instances').where({ paused: false }).whereNot({ state: 'stopped' }).pluck('id')) as string[];
+    for (const id of ids) await this.startWorker(id);
+  }
+
+  /** Starts the worker of one instance if it is not paused (a cluster session process). */
+  async resume(instanceId: string): Promise<boolean> {
+    const row = await this.opts.db('instances').where({ id: instanceId }).first('paused');
+    if (!row || row.paused) return false;
+    await this.startWorker(instanceId);
+    return true;
+  }
+
+  async start(instanceId: string): Promise<void> {
+    await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
+    const running = this.workers.get(instanceId);
+    if (running) return running.reconnectIfLoggedOut();
+    await this.startWorker(instanceId);
+  }
+
+  async stop(instanceId: string): Promise<void> {
+    await this.opts.db('instances').where({ id: instanceId }).update({ paused: true, updated_at: this.opts.db.fn.now() });
+    const worker = this.workers.get(instanceId);
+    this.workers.delete(instanceId);
+    if (worker) await worker.stop({ state: 'stopped', reason: 'paused' });
+    else await this.recordStopped(instanceId);
+  }
+
+  async reset(instanceId: string): Promise<void> {
+    const worker = this.workers.get(instanceId);
+    if (worker?.isOwner) return worker.reset();
+    // Not running here: clear the saved session so the next start pairs again.
+    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+    await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+  }
+
+  async remove(instanceId: string): Promise<void> {
+    const worker = this.workers.get(instanceId);
+    this.workers.delete(instanceId);
+    await worker?.stop();
+    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+  }
+
+  async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const worker = this.workers.get(instanceId);
+    if (!worker) throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
+    return callSessionOp(worker, op, body);
+  }
+
+  /** The worker of an instance (tests, diagnostics). */
+  worker(instanceId: string): SessionWorker | undefined {
+    return this.workers.get(instanceId);
+  }
+
+  async close(): Promise<void> {
+    const workers = [...this.workers.values()];
+    this.workers.clear();
+    await Promise.all(workers.map((w) => w.stop()));
+  }
+
+  private async startWorker(instanceId: string): Promise<void> {
+    if (this.workers.has(instanceId)) return;
+    const worker = new SessionWorker({ ...this.opts, instanceId });
+    this.workers.set(instanceId, worker);
+    await worker.start();
+  }
+
+  private async recordStopped(instanceId: string): Promise<void> {
+    if (await recordConnectionState(this.opts.db, instanceId, 'stopped', { reason: 'paused' })) this.opts.relay.kick();
+  }
+}

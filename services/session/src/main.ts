@@ -1,0 +1,105 @@
+// The session process of cluster mode: serves ONE instance (INSTANCE_ID) against PostgreSQL
+// (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
+// paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
+import { pathToFileURL } from 'node:url';
+import { Crypto, ConfigError, runService, createLogger, loadConfig, openDatabase, openMediaStore, OutboxRelay, startTelemetry, type Config } from '@switchboard/core';
+import { openBus } from '@switchboard/core/bus/index';
+import { recordConnectionState } from './connection-state.ts';
+import { driverFactoryFor } from './drivers.ts';
+import { LocalSessionRuntime } from './local-runtime.ts';
+import { mediaArchive } from './media-archive.ts';
+import { serveSessionRpc } from './rpc-server.ts';
+
+interface SessionProcessConfig {
+  config: Config;
+  instanceId: string;
+  databaseUrl: string;
+  natsUrl: string;
+  encryptionKey: Buffer;
+  ackWaitMs: number;
+  lockRetryMs: number;
+}
+
+/** Validates the environment; throws ConfigError naming every bad variable. */
+export function loadSessionConfig(env: Record<string, string | undefined> = process.env): SessionProcessConfig {
+  const config = loadConfig(env);
+  const missing: string[] = [];
+  if (!config.instanceId) missing.push('INSTANCE_ID: required (the instance this session serves)');
+  if (!config.databaseUrl) missing.push('DATABASE_URL: required for a session process');
+  if (!config.natsUrl) missing.push('NATS_URL: required for a session process');
+  if (!config.encryptionKey) missing.push('ENCRYPTION_KEY: required for a session process');
+  const ackWaitMs = optionalInt(env, 'SESSION_COMMAND_ACK_WAIT_MS', 30_000, missing);
+  const lockRetryMs = optionalInt(env, 'SESSION_LOCK_RETRY_MS', 2000, missing);
+  if (missing.length) throw new ConfigError(missing);
+  return {
+    config,
+    instanceId: config.instanceId!,
+    databaseUrl: config.databaseUrl!,
+    natsUrl: config.natsUrl!,
+    encryptionKey: config.encryptionKey!,
+    ackWaitMs,
+    lockRetryMs,
+  };
+}
+
+function optionalInt(env: Record<string, string | undefined>, name: string, fallback: number, problems: string[]): number {
+  const v = env[name]?.trim();
+  if (!v) return fallback;
+  if (!/^\d+$/.test(v) || Number(v) < 1) problems.push(`${name}: must be a positive whole number of milliseconds (got "${v}")`);
+  return Number(v);
+}
+
+export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() => Promise<void>> {
+  const { config, instanceId } = cfg;
+  const log = createLogger({ level: config.logLevel, name: 'session' }).child({ instanceId });
+  const crypto = new Crypto(cfg.encryptionKey);
+  const db = openDatabase({ databaseUrl: cfg.databaseUrl, dataDir: config.dataDir, poolMax: 5 });
+  const row = await db('instances').where({ id: instanceId }).first('id');
+  if (!row) {
+    await db.destroy();
+    throw new ConfigError([`INSTANCE_ID: instance ${instanceId} does not exist in the database`]);
+  }
+  const bus = await openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log });
+  const mediaStore = await openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto });
+  const relay = new OutboxRelay(db, bus, log);
+  relay.start();
+  const runtime = new LocalSessionRuntime({
+    db,
+    bus,
+    relay,
+    crypto,
+    log,
+    media: mediaArchive({ db, store: mediaStore, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds }),
+    driverFactory: await driverFactoryFor(config, { db }),
+    commandAckWaitMs: cfg.ackWaitMs,
+    lockRetryMs: cfg.lockRetryMs,
+  });
+  const rpc = await serveSessionRpc(bus, instanceId, runtime);
+  const resumed = await runtime.resume(instanceId);
+  log.info({ resumed }, resumed ? 'session: started' : 'session: instance is paused, waiting for start');
+
+  return async function shutdown() {
+    await rpc.stop();
+    const wasRunning = runtime.worker(instanceId) !== undefined;
+    await runtime.close();
+    // The socket is gone until the next session process takes over.
+    if (wasRunning && (await recordConnectionState(db, instanceId, 'reconnecting', { reason: 'session_restarting' }))) relay.kick();
+    await relay.flush().catch(() => undefined);
+    await relay.stop();
+    await mediaStore.close();
+    await bus.close();
+    await db.destroy();
+  };
+}
+
+async function start(): Promise<() => Promise<void>> {
+  const cfg = loadSessionConfig();
+  const telemetry = await startTelemetry({ serviceName: 'switchboard-session', instanceId: cfg.instanceId });
+  const shutdown = await runSessionProcess(cfg);
+  return async function stop() {
+    await shutdown();
+    await telemetry.shutdown();
+  };
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) runService('session', start);

@@ -1,0 +1,108 @@
+// The single-owner lock of an instance's network session (DESIGN §1: one socket per account).
+// PostgreSQL: a session-level advisory lock on a dedicated connection held for the worker's
+// life — if the process dies the connection closes and the lock is released by the server.
+// PGlite (embedded): one process owns the database file, so an in-process registry suffices.
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import { isEmbedded, type Db } from '@switchboard/core';
+
+export interface OwnerLock {
+  /** Tries once; true when this holder now owns the instance. */
+  tryAcquire(): Promise<boolean>;
+  /** Whether the lock is still held now (asks the database; false on any failure). */
+  isHeld(): Promise<boolean>;
+  release(): Promise<void>;
+}
+
+/** Advisory-lock key of an instance: 64 bits of its hash, as a signed bigint string. */
+export function lockKey(instanceId: string): string {
+  return createHash('sha256').update(`switchboard/session/${instanceId}`).digest().readBigInt64BE(0).toString();
+}
+
+export function ownerLockFor(db: Db, instanceId: string, onLost: (err: Error) => void): OwnerLock {
+  return isEmbedded(db) ? new InProcessLock(db, instanceId) : new AdvisoryLock(db, instanceId, onLost);
+}
+
+class AdvisoryLock implements OwnerLock {
+  private client: pg.Client | undefined;
+
+  constructor(
+    private readonly db: Db,
+    private readonly instanceId: string,
+    private readonly onLost: (err: Error) => void,
+  ) {}
+
+  async tryAcquire(): Promise<boolean> {
+    if (this.client) return true;
+    const client = new pg.Client(this.db.client.config.connection as pg.ClientConfig | string);
+    client.on('error', () => undefined); // reported through 'end' below
+    await client.connect();
+    const { rows } = await client.query('SELECT pg_try_advisory_lock($1::bigint) AS ok', [lockKey(this.instanceId)]);
+    if (!rows[0]?.ok) {
+      await client.end().catch(() => undefined);
+      return false;
+    }
+    // A connection that ends without release() means the lock is gone (server restart, network).
+    client.once('end', () => {
+      if (this.client === client) {
+        this.client = undefined;
+        this.onLost(new Error('the owner-lock connection closed'));
+      }
+    });
+    this.client = client;
+    return true;
+  }
+
+  async isHeld(): Promise<boolean> {
+    const client = this.client;
+    if (!client) return false;
+    // A session-level advisory lock lives as long as its database session: a round trip on the
+    // lock's own connection proves the session (and so the lock) is still there.
+    try {
+      await client.query('SELECT 1');
+      return this.client === client;
+    } catch {
+      return false;
+    }
+  }
+
+  async release(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (!client) return;
+    // Closing the session releases its advisory locks.
+    await client.end().catch(() => undefined);
+  }
+}
+
+// Keyed by database handle, so two embedded servers in one process (tests) never share locks.
+const heldInProcess = new WeakMap<Db, Set<string>>();
+
+class InProcessLock implements OwnerLock {
+  private held = false;
+
+  constructor(
+    private readonly db: Db,
+    private readonly instanceId: string,
+  ) {}
+
+  async tryAcquire(): Promise<boolean> {
+    if (this.held) return true;
+    let owners = heldInProcess.get(this.db);
+    if (!owners) heldInProcess.set(this.db, (owners = new Set()));
+    if (owners.has(this.instanceId)) return false;
+    owners.add(this.instanceId);
+    this.held = true;
+    return true;
+  }
+
+  async isHeld(): Promise<boolean> {
+    return this.held;
+  }
+
+  async release(): Promise<void> {
+    if (!this.held) return;
+    this.held = false;
+    heldInProcess.get(this.db)?.delete(this.instanceId);
+  }
+}

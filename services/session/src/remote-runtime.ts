@@ -1,0 +1,95 @@
+// RemoteSessionRuntime: the gateway's SessionRuntime in cluster mode. The database's `paused`
+// flag is the desired run state (the operator runs a session pod per instance from it); the
+// running session is told over `rpc.<instanceId>.<op>`. An RpcError becomes the same Problem.
+import {
+  DbAuthStore,
+  Problem,
+  RpcError,
+  subjects,
+  type Bus,
+  type Crypto,
+  type Db,
+  type Logger,
+  type SessionRuntime,
+} from '@switchboard/core';
+import { recordConnectionState } from './connection-state.ts';
+
+export interface RemoteRuntimeOptions {
+  db: Db;
+  bus: Bus;
+  crypto: Crypto;
+  log: Logger;
+  relay: { kick(): void };
+  /** Time limit of one request to a session. */
+  requestTimeoutMs?: number;
+}
+
+export class RemoteSessionRuntime implements SessionRuntime {
+  constructor(private readonly opts: RemoteRuntimeOptions) {}
+
+  async start(instanceId: string): Promise<void> {
+    await this.setPaused(instanceId, false);
+    // When no session runs yet, the one the operator starts reads paused=false itself.
+    await this.tell(instanceId, 'start');
+  }
+
+  async stop(instanceId: string): Promise<void> {
+    await this.setPaused(instanceId, true);
+    if (!(await this.tell(instanceId, 'stop'))) {
+      if (await recordConnectionState(this.opts.db, instanceId, 'stopped', { reason: 'paused' })) this.opts.relay.kick();
+    }
+  }
+
+  async reset(instanceId: string): Promise<void> {
+    if (await this.tell(instanceId, 'reset', true)) return;
+    // No session holds the credentials: clear them here so the next start pairs again.
+    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+    await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+  }
+
+  async remove(instanceId: string): Promise<void> {
+    await this.tell(instanceId, 'stop');
+    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+  }
+
+  async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    try {
+      const reply = await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from(JSON.stringify(body ?? {})), this.timeoutMs());
+      return JSON.parse(Buffer.from(reply).toString('utf8')) as Record<string, unknown>;
+    } catch (err) {
+      throw toProblem(err);
+    }
+  }
+
+  async close(): Promise<void> {}
+
+  private timeoutMs(): number {
+    return this.opts.requestTimeoutMs ?? 10_000;
+  }
+
+  private async setPaused(instanceId: string, paused: boolean): Promise<void> {
+    await this.opts.db('instances').where({ id: instanceId }).update({ paused, updated_at: this.opts.db.fn.now() });
+  }
+
+  /** Sends a lifecycle op; false when no session answered. Errors of a running session are thrown when `strict`. */
+  private async tell(instanceId: string, op: 'start' | 'stop' | 'reset', strict = false): Promise<boolean> {
+    try {
+      await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from('{}'), this.timeoutMs());
+      return true;
+    } catch (err) {
+      if (err instanceof RpcError && err.status === 409 && err.code === 'session_not_running') return false;
+      if (strict) throw toProblem(err);
+      this.opts.log.warn({ instanceId, op, err: err instanceof Error ? err.message : String(err) }, 'session rpc failed; the session follows the database on its next start');
+      return false;
+    }
+  }
+}
+
+function toProblem(err: unknown): Problem {
+  if (err instanceof Problem) return err;
+  if (err instanceof RpcError) {
+    if (err.code === 'session_not_running') return new Problem(409, 'instance_not_running', 'The instance session is not running; connect it first.');
+    return new Problem(err.status, err.code, err.message);
+  }
+  return new Problem(504, 'session_timeout', 'The instance session did not answer in time.');
+}

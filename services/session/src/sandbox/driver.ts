@@ -1,0 +1,274 @@
+// The sandbox network driver (DESIGN §6): a simulated network that behaves like WhatsApp from the
+// session's point of view — pairing by QR or code, sends with receipts, inbound messages,
+// presence, dropped connections — driven by control operations instead of a phone.
+import { randomBytes } from 'node:crypto';
+import type { Knex } from 'knex';
+import {
+  SendError,
+  problems,
+  type ConnectionState,
+  type DeliveryStatus,
+  type DriverContext,
+  type DriverFactory,
+  type NetworkDriver,
+  type OutboundMessage,
+} from '@switchboard/core';
+import { readDrop, readInbound, readPair, readPresence, readScan } from './control-bodies.ts';
+import { destinationDigits, destinationJid, outcomeFor, receiptsFor, type SendOutcome } from './outcomes.ts';
+
+export interface SandboxOptions {
+  /** Records accepted sends in `sandbox_ledger`, so tests can prove nothing was sent twice. */
+  db: Knex;
+  /** Delay between sent → delivered → read (→ played). */
+  receiptDelayMs: number;
+  /** Delay before a session with saved credentials (or a dropped one) is connected again. */
+  reconnectDelayMs?: number;
+  /** How often a new QR is issued while awaiting a scan. */
+  qrRefreshMs?: number;
+}
+
+const CREDS = { category: 'sandbox', key: 'creds' };
+// WhatsApp pairing codes use upper-case letters and digits without look-alikes.
+const PAIRING_ALPHABET = 'ABCDEFGHJKLMNPQRSTVWXYZ23456789';
+
+export function sandboxDriverFactory(opts: SandboxOptions): DriverFactory {
+  return (ctx) => new SandboxDriver(ctx, opts);
+}
+
+export class SandboxDriver implements NetworkDriver {
+  private state: ConnectionState = 'stopped';
+  private phone: string | null = null;
+  private pairing: { code: string; phone: string } | null = null;
+  private qrTimer: NodeJS.Timeout | undefined;
+  private readonly timers = new Set<NodeJS.Timeout>();
+  /** Listener calls run one after another, in the order the network produced them. */
+  private emitting: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  constructor(
+    private readonly ctx: DriverContext,
+    private readonly opts: SandboxOptions,
+  ) {}
+
+  async connect(): Promise<void> {
+    this.closed = false;
+    await this.emitState('starting');
+    const creds = await this.savedCreds();
+    if (creds) {
+      this.phone = creds.phone;
+      this.later(this.opts.reconnectDelayMs ?? 20, () => this.emitState('connected', { phone: creds.phone }));
+    } else {
+      await this.awaitScan();
+    }
+  }
+
+  async disconnect(): Promise<void> {
+    this.closed = true;
+    this.stopTimers();
+    this.state = 'stopped';
+    await this.emitting;
+  }
+
+  async logout(): Promise<void> {
+    this.stopTimers();
+    await this.ctx.auth.clear();
+    this.phone = null;
+    this.pairing = null;
+    if (!this.closed) await this.emitState('logged_out', { reason: 'logged_out' });
+    this.closed = true;
+  }
+
+  async requestPairingCode(phone: string): Promise<string> {
+    if (this.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected.');
+    if (this.state !== 'awaiting_scan') throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
+    const bytes = randomBytes(8);
+    let code = '';
+    for (let i = 0; i < 8; i++) code += PAIRING_ALPHABET[bytes[i] % PAIRING_ALPHABET.length];
+    this.pairing = { code: `${code.slice(0, 4)}-${code.slice(4)}`, phone };
+    return this.pairing.code;
+  }
+
+  async send(msg: OutboundMessage): Promise<void> {
+    if (this.state !== 'connected') throw new SendError('not_connected', 'The session is not connected.', true);
+    const outcome = outcomeFor(msg.to);
+    switch (outcome.kind) {
+      case 'rejected':
+        throw new SendError('rejected', 'The network rejected the message.', true);
+      case 'not_on_network':
+        throw new SendError('not_on_network', `${destinationDigits(msg.to)} is not on the network.`, true);
+      case 'announcement_group':
+        if (this.ctx.settings().protectAnnouncementGroups) {
+          throw new SendError('announcement_group', 'Only admins can send to this announcement group.', true);
+        }
+        break;
+      case 'connection_drop':
+        // The bytes left, then the socket died before the server's ack: the sender cannot know.
+        await this.recordInLedger(msg);
+        this.later(0, () => this.dropConnection());
+        throw new SendError('connection_lost', 'The connection dropped while sending.', false);
+    }
+    await this.recordInLedger(msg);
+    this.scheduleReceipts(msg, outcome);
+    this.echoOwnSend(msg);
+  }
+
+  async sandbox(op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    switch (op) {
+      case 'scan':
+        return this.completePairing(this.requireAwaitingScan(readScan(body).phone));
+      case 'pair':
+        return this.pairWithCode(readPair(body).code);
+      case 'inbound':
+        return this.inbound(body);
+      case 'presence':
+        this.requireConnected();
+        await this.emit(() => this.ctx.listener.onPresence(readPresence(body)));
+        return {};
+      case 'drop':
+        return this.drop(readDrop(body).reason);
+      default:
+        throw problems.notFound(`Sandbox operation "${op}"`);
+    }
+  }
+
+  // ---- pairing ----
+
+  private async awaitScan(): Promise<void> {
+    await this.emitState('awaiting_scan', { qr: newQr() });
+    this.qrTimer = setInterval(() => {
+      if (this.state === 'awaiting_scan') void this.emitState('awaiting_scan', { qr: newQr() });
+    }, this.opts.qrRefreshMs ?? 20_000);
+    this.qrTimer.unref();
+  }
+
+  private requireAwaitingScan(phone: string): string {
+    if (this.state !== 'awaiting_scan') {
+      throw problems.conflict('not_awaiting_scan', `The instance is ${this.state}, not awaiting a scan.`);
+    }
+    return phone;
+  }
+
+  private async pairWithCode(code: string): Promise<Record<string, unknown>> {
+    if (this.state !== 'awaiting_scan') throw problems.conflict('not_awaiting_scan', `The instance is ${this.state}, not awaiting pairing.`);
+    if (!this.pairing) throw problems.conflict('no_pairing_code', 'No pairing code was issued.');
+    if (code.toUpperCase() !== this.pairing.code) throw problems.badRequest('invalid_pairing_code', 'The code is not the last issued pairing code.');
+    return this.completePairing(this.pairing.phone);
+  }
+
+  private async completePairing(phone: string): Promise<Record<string, unknown>> {
+    if (this.qrTimer) clearInterval(this.qrTimer);
+    this.pairing = null;
+    this.phone = phone;
+    await this.ctx.auth.set({ [CREDS.category]: { [CREDS.key]: { phone } } });
+    await this.emitState('connected', { phone });
+    return { state: 'connected', phone };
+  }
+
+  private async savedCreds(): Promise<{ phone: string } | null> {
+    const found = await this.ctx.auth.get(CREDS.category, [CREDS.key]);
+    const creds = found[CREDS.key] as { phone?: unknown } | undefined;
+    return creds && typeof creds.phone === 'string' ? { phone: creds.phone } : null;
+  }
+
+  // ---- connection ----
+
+  private async drop(reason: 'connection_lost' | 'logged_out'): Promise<Record<string, unknown>> {
+    this.requireConnected();
+    if (reason === 'logged_out') {
+      this.stopTimers();
+      await this.ctx.auth.clear();
+      this.phone = null;
+      await this.emitState('logged_out', { reason: 'logged_out' });
+    } else {
+      await this.dropConnection();
+    }
+    return { state: this.state };
+  }
+
+  private async dropConnection(): Promise<void> {
+    if (this.state !== 'connected') return;
+    const phone = this.phone;
+    await this.emitState('reconnecting', { phone, reason: 'connection_lost' });
+    this.later(this.opts.reconnectDelayMs ?? 20, () => (this.state === 'reconnecting' ? this.emitState('connected', { phone }) : undefined));
+  }
+
+  private requireConnected(): void {
+    if (this.state !== 'connected') throw problems.conflict('not_connected', `The instance is ${this.state}, not connected.`);
+  }
+
+  // ---- messages ----
+
+  private async inbound(body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const { message } = readInbound(body);
+    this.requireConnected();
+    await this.emit(() => this.ctx.listener.onMessage(message));
+    return { messageId: message.messageId };
+  }
+
+  private async recordInLedger(msg: OutboundMessage): Promise<void> {
+    await this.opts.db('sandbox_ledger').insert({ instance_id: this.ctx.instanceId, messenger_id: msg.messengerId, phone: destinationJid(msg.to) });
+  }
+
+  private scheduleReceipts(msg: OutboundMessage, outcome: SendOutcome): void {
+    const statuses: DeliveryStatus[] = receiptsFor(outcome, msg.type === 'audio' && msg.ptt === true);
+    statuses.forEach((status, i) => {
+      this.later(this.opts.receiptDelayMs * (i + 1), () => this.emit(() => this.ctx.listener.onReceipt({ messengerId: msg.messengerId, status })));
+    });
+  }
+
+  /** The real network echoes our own sends back to the account as its own messages. */
+  private echoOwnSend(msg: OutboundMessage): void {
+    const media = msg.media;
+    void this.emit(() =>
+      this.ctx.listener.onMessage({
+        messageId: msg.messengerId,
+        from: destinationJid(msg.to),
+        phone: msg.to.kind === 'phone' ? msg.to.phone : null,
+        chatLid: msg.to.kind === 'lid' ? `${msg.to.lid}@lid` : null,
+        participant: null,
+        fromMe: true,
+        name: null,
+        type: msg.type,
+        text: msg.type === 'text' ? (msg.text ?? null) : (msg.caption ?? null),
+        isGroup: msg.to.kind === 'group',
+        media: media
+          ? { mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName, voiceNote: msg.ptt === true, download: async () => media }
+          : undefined,
+      }),
+    );
+  }
+
+  // ---- plumbing ----
+
+  private emitState(state: ConnectionState, info: { qr?: string | null; phone?: string | null; reason?: string | null } = {}): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    this.state = state;
+    return this.emit(() => this.ctx.listener.onState(state, info));
+  }
+
+  /** Queues a listener call behind the previous ones; resolves when it ran. Errors do not break the chain. */
+  private emit(call: () => Promise<void>): Promise<void> {
+    const run = this.emitting.then(() => (this.closed ? undefined : call()));
+    this.emitting = run.catch(() => undefined);
+    return run;
+  }
+
+  private later(ms: number, fn: () => Promise<void> | void): void {
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      if (!this.closed) void Promise.resolve(fn()).catch(() => undefined);
+    }, ms);
+    this.timers.add(timer);
+  }
+
+  private stopTimers(): void {
+    if (this.qrTimer) clearInterval(this.qrTimer);
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+  }
+}
+
+function newQr(): string {
+  // Shaped like a WhatsApp QR payload: ref,publicKey,identityKey,advSecret.
+  return ['2@' + randomBytes(24).toString('base64'), randomBytes(32).toString('base64'), randomBytes(32).toString('base64'), randomBytes(16).toString('base64')].join(',');
+}

@@ -1,0 +1,2 @@
+export { SandboxDriver, sandboxDriverFactory, type SandboxOptions } from './driver.ts';
+export { outcomeFor, receiptsFor, destinationJid, type SendOutcome } from './outcomes.ts';

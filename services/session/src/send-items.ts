@@ -1,0 +1,118 @@
+// Status transitions of send-queue items, each with its event in the same transaction
+// (DESIGN §5 "Sending" and "Events"). Every transition is conditional on the status it leaves,
+// so a cancel, the expiry sweeper and the session never overwrite each other.
+import type { Knex } from 'knex';
+import { inSpan, recordEvent, type DeliveryStatus } from '@switchboard/core';
+
+export type ItemStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'played' | 'failed' | 'uncertain' | 'cancelled' | 'expired';
+
+export interface SendItemRow {
+  id: string;
+  instance_id: string;
+  messenger_id: string;
+  phone: string;
+  type: string;
+  payload: SendPayload | string;
+  status: ItemStatus;
+  expires_at: Date | string;
+  trace_context: string | null;
+}
+
+export interface SendPayload {
+  text?: string;
+  caption?: string;
+  fileName?: string;
+  mimetype?: string;
+  ptt?: boolean;
+  mediaId?: string;
+}
+
+export interface ItemError {
+  code: string;
+  message: string;
+}
+
+type Trx = Knex | Knex.Transaction;
+
+export function payloadOf(item: SendItemRow): SendPayload {
+  return typeof item.payload === 'string' ? (JSON.parse(item.payload) as SendPayload) : item.payload;
+}
+
+function baseData(item: SendItemRow): Record<string, unknown> {
+  return { messageId: item.id, messengerId: item.messenger_id, phone: item.phone, type: item.type };
+}
+
+async function setStatus(trx: Trx, item: SendItemRow, from: ItemStatus[], to: ItemStatus, error: ItemError | null = null): Promise<boolean> {
+  const changed = await trx('send_items')
+    .where({ id: item.id })
+    .whereIn('status', from)
+    .update({ status: to, error: error ? JSON.stringify(error) : null, updated_at: trx.fn.now() });
+  return changed > 0;
+}
+
+/** queued → sending. False when someone else moved it first (cancel, sweeper). */
+export async function markSending(trx: Trx, item: SendItemRow): Promise<boolean> {
+  return setStatus(trx, item, ['queued'], 'sending');
+}
+
+/** sending → sent + `message.sent`. A receipt may already have moved the item further; the event is still due. */
+export async function markSent(trx: Trx, item: SendItemRow): Promise<void> {
+  await setStatus(trx, item, ['sending'], 'sent');
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.sent', data: baseData(item), traceContext: item.trace_context });
+  // The status stream starts at `sent` (the network's server ack); later `sent` receipts add nothing.
+  const status = { messageId: item.id, messengerId: item.messenger_id, status: 'sent' };
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.status', data: status, traceContext: item.trace_context });
+}
+
+/** sending|queued → failed + `message.failed`. */
+export async function markFailed(trx: Trx, item: SendItemRow, error: ItemError): Promise<boolean> {
+  if (!(await setStatus(trx, item, ['sending', 'queued'], 'failed', error))) return false;
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.failed', data: { ...baseData(item), error }, traceContext: item.trace_context });
+  return true;
+}
+
+/** sending → uncertain + `message.uncertain`. The item is never resent automatically. */
+export async function markUncertain(trx: Trx, item: SendItemRow, reason: string, error: ItemError | null = null): Promise<boolean> {
+  if (!(await setStatus(trx, item, ['sending'], 'uncertain', error))) return false;
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.uncertain', data: { ...baseData(item), reason }, traceContext: item.trace_context });
+  return true;
+}
+
+/** queued → expired + `message.failed` with code `expired`. */
+export async function markExpired(trx: Trx, item: SendItemRow): Promise<boolean> {
+  const error = { code: 'expired', message: 'The item expired in the queue before it could be sent.' };
+  if (!(await setStatus(trx, item, ['queued'], 'expired', error))) return false;
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.failed', data: { ...baseData(item), error }, traceContext: item.trace_context });
+  return true;
+}
+
+export function isExpired(item: SendItemRow, now = new Date()): boolean {
+  return new Date(item.expires_at).getTime() <= now.getTime();
+}
+
+// Receipts move an item forward only: sent < delivered < read < played. `sending` and
+// `uncertain` may advance too, since a receipt proves the message left. failed is terminal.
+const RECEIPT_RANK: Partial<Record<ItemStatus, number>> = { sending: 0, uncertain: 0, sent: 1, delivered: 2, read: 3, played: 4 };
+
+/** Applies a network receipt; records `message.status` only when the item moved forward. */
+export async function applyReceipt(trx: Knex.Transaction, instanceId: string, messengerId: string, status: DeliveryStatus): Promise<boolean> {
+  const item = (await trx('send_items').where({ instance_id: instanceId, messenger_id: messengerId }).forUpdate().first()) as SendItemRow | undefined;
+  if (!item) return false;
+  const current = RECEIPT_RANK[item.status];
+  if (current === undefined) return false; // queued, failed, cancelled, expired: receipts change nothing
+  // The receipt joins the trace of the send it reports on.
+  return inSpan('session receipt', { parent: item.trace_context, attributes: { 'switchboard.receipt.status': status } }, () => moveForward(trx, instanceId, item, current, status));
+}
+
+async function moveForward(trx: Knex.Transaction, instanceId: string, item: SendItemRow, current: number, status: DeliveryStatus): Promise<boolean> {
+  const messengerId = item.messenger_id;
+  if (status === 'failed') {
+    await setStatus(trx, item, [item.status], 'failed', { code: 'network_failed', message: 'The network reported the message as failed.' });
+  } else {
+    const next = RECEIPT_RANK[status as ItemStatus];
+    if (next === undefined || next <= current) return false;
+    await setStatus(trx, item, [item.status], status as ItemStatus);
+  }
+  await recordEvent(trx, { instanceId, type: 'message.status', data: { messageId: item.id, messengerId, status }, traceContext: item.trace_context });
+  return true;
+}

@@ -1,0 +1,335 @@
+// SessionWorker: the network session of ONE instance. It owns the instance's single-owner lock,
+// one driver at a time, the consumer of `cmd.<instanceId>` (active only while connected, so sends
+// wait in the queue) and turns what the driver reports into rows and events.
+import type { Knex } from 'knex';
+import {
+  DbAuthStore,
+  enqueueOutbox,
+  problems,
+  subjects,
+  type Bus,
+  type ConnectionState,
+  type Crypto,
+  type DriverContext,
+  type DriverFactory,
+  type DriverListener,
+  type Logger,
+  type NetworkDriver,
+  type Subscription,
+} from '@switchboard/core';
+import { recordConnectionState, type StateInfo } from './connection-state.ts';
+import { recordInbound, recordPresence } from './inbound.ts';
+import type { MediaArchive } from './media-archive.ts';
+import { ownerLockFor, type OwnerLock } from './owner-lock.ts';
+import { SendCommandHandler } from './send-command.ts';
+import { applyReceipt, markUncertain, type SendItemRow } from './send-items.ts';
+import { SettingsCache } from './settings-cache.ts';
+
+export interface SessionWorkerOptions {
+  instanceId: string;
+  db: Knex;
+  bus: Bus;
+  /** Publishes recorded events and commands; kicked after each commit. */
+  relay: { kick(): void };
+  crypto: Crypto;
+  media: MediaArchive;
+  driverFactory: DriverFactory;
+  log: Logger;
+  /** Wait between attempts to take the owner lock. */
+  lockRetryMs?: number;
+  mediaDownloadTimeoutMs?: number;
+  settingsTtlMs?: number;
+  /** Redelivery delay of a command that arrived while the session was not connected. */
+  commandRetryDelayMs?: number;
+  /** Redelivery of a command whose handler died (process killed). */
+  commandAckWaitMs?: number;
+}
+
+export class SessionWorker {
+  readonly instanceId: string;
+  private readonly log: Logger;
+  private readonly lock: OwnerLock;
+  private readonly settings: SettingsCache;
+  private readonly sends: SendCommandHandler;
+  private driver: NetworkDriver | undefined;
+  private connection: ConnectionState = 'stopped';
+  private subscription: Subscription | undefined;
+  /** Starting/stopping the consumer, one change at a time. */
+  private consumerChange: Promise<void> = Promise.resolve();
+  private lockTimer: NodeJS.Timeout | undefined;
+  private settingsTimer: NodeJS.Timeout | undefined;
+  private running = false;
+  private owning = false;
+
+  constructor(private readonly opts: SessionWorkerOptions) {
+    this.instanceId = opts.instanceId;
+    this.log = opts.log.child({ instanceId: opts.instanceId });
+    this.lock = ownerLockFor(opts.db, opts.instanceId, (err) => this.lockLost(err));
+    this.settings = new SettingsCache(opts.db, opts.instanceId, opts.settingsTtlMs ?? 2000);
+    this.sends = new SendCommandHandler({
+      db: opts.db,
+      instanceId: opts.instanceId,
+      media: opts.media,
+      log: this.log,
+      connectedDriver: () => (this.connection === 'connected' ? this.driver : undefined),
+      refreshSettings: () => this.settings.refresh(true), // a setting changed just before a send applies to it
+      eventsRecorded: () => opts.relay.kick(),
+    });
+  }
+
+  /** The connection state as the driver last reported it. */
+  get state(): ConnectionState {
+    return this.connection;
+  }
+
+  get isRunning(): boolean {
+    return this.running;
+  }
+
+  /** True once this worker holds the owner lock and has a driver. */
+  get isOwner(): boolean {
+    return this.owning;
+  }
+
+  /**
+   * Starts the session: takes the owner lock (retrying in the background while another process
+   * holds it), recovers interrupted sends, then connects. Resolves after the first lock attempt.
+   */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    await this.tryTakeOwnership();
+  }
+
+  /** Stops consuming, closes the socket (credentials kept) and releases the lock. */
+  async stop(final?: { state: ConnectionState; reason: string }): Promise<void> {
+    this.running = false;
+    if (this.lockTimer) clearTimeout(this.lockTimer);
+    await this.closeSession();
+    if (final) await this.applyState(final.state, { reason: final.reason }, true);
+  }
+
+  /** Logs out, clears the credentials and starts pairing again (state → awaiting_scan). */
+  async reset(): Promise<void> {
+    const driver = this.requireDriver();
+    this.setConsuming(false);
+    await driver.logout();
+    await new DbAuthStore(this.opts.db, this.opts.crypto, this.instanceId).clear();
+    await driver.disconnect();
+    await this.applyState('logged_out', { phone: null, reason: 'reset' });
+    await this.connectNewDriver();
+  }
+
+  /** A session that was logged out by the network starts pairing again (connect after logout). */
+  async reconnectIfLoggedOut(): Promise<void> {
+    if (!this.owning || this.connection !== 'logged_out') return;
+    await this.driver?.disconnect();
+    await this.connectNewDriver();
+  }
+
+  /** The driver of the running session; 409 `instance_not_running` otherwise. */
+  requireDriver(): NetworkDriver {
+    if (!this.running || !this.owning || !this.driver) {
+      throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
+    }
+    return this.driver;
+  }
+
+  /** Resolves once the command in progress (if any) has recorded its outcome (tests, shutdown). */
+  async idle(): Promise<void> {
+    await this.consumerChange;
+    await this.sends.settled();
+  }
+
+  // ---- ownership ----
+
+  private async tryTakeOwnership(): Promise<void> {
+    if (!this.running || this.owning) return;
+    let acquired = false;
+    try {
+      acquired = await this.lock.tryAcquire();
+    } catch (err) {
+      this.log.warn({ err: String(err) }, 'session: owner lock attempt failed');
+    }
+    if (!this.running) {
+      if (acquired) await this.lock.release();
+      return;
+    }
+    if (!acquired) {
+      this.lockTimer = setTimeout(() => void this.tryTakeOwnership(), this.opts.lockRetryMs ?? 2000);
+      this.lockTimer.unref();
+      return;
+    }
+    this.owning = true;
+    try {
+      await this.recoverInterruptedSends();
+      await this.requeueQueuedItems();
+      await this.settings.refresh(true);
+      this.keepSettingsFresh();
+      await this.connectNewDriver();
+    } catch (err) {
+      this.log.error({ err: String(err) }, 'session: start failed, retrying');
+      await this.closeSession();
+      this.lockTimer = setTimeout(() => void this.tryTakeOwnership(), this.opts.lockRetryMs ?? 2000);
+      this.lockTimer.unref();
+    }
+  }
+
+  private lockLost(err: Error): void {
+    this.log.warn({ err: err.message }, 'session: owner lock lost; closing the socket and taking the lock again');
+    void (async () => {
+      await this.closeSession(false);
+      await this.applyState('reconnecting', { reason: 'owner_lock_lost' }, true).catch(() => undefined);
+      await this.tryTakeOwnership();
+    })();
+  }
+
+  private async closeSession(releaseLock = true): Promise<void> {
+    if (this.settingsTimer) clearInterval(this.settingsTimer);
+    this.settingsTimer = undefined;
+    this.setConsuming(false);
+    await this.consumerChange;
+    const driver = this.driver;
+    this.driver = undefined;
+    this.connection = 'stopped';
+    await driver?.disconnect().catch((err) => this.log.warn({ err: String(err) }, 'session: disconnect failed'));
+    await this.sends.settled();
+    this.owning = false;
+    if (releaseLock) await this.lock.release();
+  }
+
+  /** Drivers read settings synchronously on events that no send precedes (an incoming call and
+   *  autoRejectCalls, autoReadMessages): re-read them in the background while owning. */
+  private keepSettingsFresh(): void {
+    if (this.settingsTimer) clearInterval(this.settingsTimer);
+    const everyMs = Math.max(this.opts.settingsTtlMs ?? 2000, 100);
+    this.settingsTimer = setInterval(() => {
+      this.settings.refresh(true).catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
+    }, everyMs);
+    this.settingsTimer.unref();
+  }
+
+  // ---- start-up recovery ----
+
+  /** Items left in `sending` by a previous owner may have left: uncertain, never resent. */
+  private async recoverInterruptedSends(): Promise<void> {
+    const { db, instanceId } = this.opts;
+    let recovered = 0;
+    await db.transaction(async (trx) => {
+      const items = (await trx('send_items').where({ instance_id: instanceId, status: 'sending' }).forUpdate()) as SendItemRow[];
+      for (const item of items) if (await markUncertain(trx, item, 'session_restarted')) recovered++;
+    });
+    if (recovered) {
+      this.log.info({ recovered }, 'session: interrupted sends marked uncertain');
+      this.opts.relay.kick();
+    }
+  }
+
+  /** Republishes every queued item's command: a bus that lost them gets them again, and the
+   *  re-read in the send handler makes duplicates harmless. */
+  private async requeueQueuedItems(): Promise<void> {
+    const { db, instanceId } = this.opts;
+    const ids = (await db('send_items').where({ instance_id: instanceId, status: 'queued' }).orderBy('created_at').pluck('id')) as string[];
+    if (!ids.length) return;
+    await db.transaction(async (trx) => {
+      for (const id of ids) {
+        await enqueueOutbox(trx, { subject: subjects.command(instanceId), msgId: id, payload: JSON.stringify({ id }) });
+      }
+    });
+    this.opts.relay.kick();
+  }
+
+  // ---- driver ----
+
+  private async connectNewDriver(): Promise<void> {
+    await this.applyState('starting', {});
+    const driver: NetworkDriver = this.opts.driverFactory(this.driverContext(() => driver));
+    this.driver = driver;
+    await driver.connect();
+  }
+
+  private driverContext(driver: () => NetworkDriver | undefined): DriverContext {
+    const { db, crypto } = this.opts;
+    return {
+      instanceId: this.instanceId,
+      auth: new DbAuthStore(db, crypto, this.instanceId),
+      listener: this.listenerFor(),
+      isOwnSend: (messengerId) => this.isOwnSend(messengerId),
+      settings: () => this.settings.current(),
+      // Only the current driver may reconnect on our lock: an older one's session has been replaced.
+      stillOwner: async () => this.driver === driver() && this.running && this.owning && (await this.lock.isHeld()),
+    };
+  }
+
+  private listenerFor(): DriverListener {
+    const inboundDeps = {
+      db: this.opts.db,
+      instanceId: this.instanceId,
+      media: this.opts.media,
+      downloadTimeoutMs: this.opts.mediaDownloadTimeoutMs ?? 30_000,
+      log: this.log,
+      isOwnSend: (id: string) => this.isOwnSend(id),
+    };
+    return {
+      onState: (state, info) => this.applyState(state, info),
+      onMessage: async (msg) => {
+        if (await recordInbound(inboundDeps, msg)) this.opts.relay.kick();
+      },
+      onReceipt: async (receipt) => {
+        await this.sends.settled(); // the send's own outcome is recorded first
+        const moved = await this.opts.db.transaction((trx) => applyReceipt(trx, this.instanceId, receipt.messengerId, receipt.status));
+        if (moved) this.opts.relay.kick();
+      },
+      onPresence: async (update) => {
+        await recordPresence(this.opts.db, this.instanceId, update);
+        this.opts.relay.kick();
+      },
+    };
+  }
+
+  private async isOwnSend(messengerId: string): Promise<boolean> {
+    const row = await this.opts.db('send_items').where({ instance_id: this.instanceId, messenger_id: messengerId }).first('id');
+    return row !== undefined;
+  }
+
+  /** Applies a connection state: row + event, then consume commands only while connected. */
+  private async applyState(state: ConnectionState, info: StateInfo, evenWhenStopped = false): Promise<void> {
+    if (!this.running && !evenWhenStopped) return;
+    this.connection = state;
+    if (await recordConnectionState(this.opts.db, this.instanceId, state, info)) this.opts.relay.kick();
+    if (!evenWhenStopped) this.setConsuming(state === 'connected');
+  }
+
+  // ---- command consumer ----
+
+  /** Not awaited by callers on the driver's path: stopping waits for the running handler, which may be waiting on the driver. */
+  private setConsuming(wanted: boolean): void {
+    this.consumerChange = this.consumerChange
+      .then(() => (wanted && this.running && this.connection === 'connected' ? this.startConsumer() : this.stopConsumer()))
+      .catch((err) => this.log.error({ err: String(err) }, 'session: command consumer change failed'));
+  }
+
+  private async startConsumer(): Promise<void> {
+    if (this.subscription) return;
+    this.subscription = await this.opts.bus.consume(
+      {
+        stream: 'commands',
+        filter: subjects.command(this.instanceId),
+        durable: `session-${this.instanceId}`,
+        maxAckPending: 1,
+        retryDelayMs: this.opts.commandRetryDelayMs ?? 1000,
+        ackWaitMs: this.opts.commandAckWaitMs,
+        // The owner lock makes this the only consumer of the durable, so a command left
+        // unacknowledged by a stopped consumer (a drop, a crash) comes back now, not after the ack wait.
+        singleOwner: true,
+      },
+      (msg) => this.sends.handle(msg),
+    );
+  }
+
+  private async stopConsumer(): Promise<void> {
+    const sub = this.subscription;
+    this.subscription = undefined;
+    await sub?.stop();
+  }
+}

@@ -1,0 +1,714 @@
+// The Baileys driver driven through the stand-in socket: connection flow and every close code,
+// sends of every type (with the reserved id, to every destination form) and their failure modes,
+// receipts, received messages built as Baileys 7 delivers them (LID addressing, wrappers, media),
+// presence, calls and settings.
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import { readFile, unlink } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import {
+  DisconnectReason,
+  downloadContentFromMessage,
+  encryptedStream,
+  proto,
+  type GroupMetadata,
+  type WAMessage,
+} from '@whiskeysockets/baileys';
+import {
+  createLogger,
+  defaultSettings,
+  migrate,
+  openDatabase,
+  SendError,
+  type Db,
+  type DriverContext,
+  type InboundMessage,
+  type InstanceSettings,
+  type NetworkDriver,
+  type OutboundMessage,
+  type PresenceUpdate,
+} from '@switchboard/core';
+import { createTestDatabase } from '../../../test/support/services.ts';
+import { createBaileysDriver, type BaileysDriverOptions } from '../src/drivers/baileys/index.ts';
+import { backoffDelay, closeAction } from '../src/drivers/baileys/close-policy.ts';
+import { StandInNetwork, type StandInSocket } from '../src/drivers/baileys/stand-in-socket.ts';
+import { MemoryAuthStore, RecordingListener, until } from './driver-contract.ts';
+
+const log = createLogger({ level: 'silent' });
+const INSTANCE = 'inst-baileys';
+const MY_PHONE = '5511900000001';
+const MY_LID = '90000000000001';
+let db: Db;
+let drop: () => Promise<void>;
+
+before(async () => {
+  const created = await createTestDatabase();
+  drop = created.drop;
+  db = openDatabase({ databaseUrl: created.url, dataDir: '/nonexistent' });
+  await migrate(db);
+  await db('instances').insert({ id: INSTANCE, name: 'test', token_hash: 'h'.repeat(64), token_sealed: 'x' });
+});
+after(async () => {
+  await db?.destroy();
+  await drop?.();
+});
+
+class Listener extends RecordingListener {
+  presences: PresenceUpdate[] = [];
+  calls: { id: string; from: string }[] = [];
+  constructor() {
+    super();
+    // The shared recorder ignores presence; this one keeps it.
+    this.onPresence = async (update?: PresenceUpdate) => void this.presences.push(update!);
+  }
+  async onCall(call: { id: string; from: string }): Promise<void> {
+    this.calls.push(call);
+  }
+}
+
+interface Rig {
+  network: StandInNetwork;
+  auth: MemoryAuthStore;
+  listener: Listener;
+  driver: NetworkDriver;
+  settings: InstanceSettings;
+  ownSends: Set<string>;
+  sock(): StandInSocket;
+}
+
+const rigs: Rig[] = [];
+afterEach(async () => {
+  for (const rig of rigs.splice(0)) await rig.driver.disconnect();
+});
+
+function rig(opts: Partial<BaileysDriverOptions> = {}, ctx: Pick<DriverContext, 'stillOwner'> = {}): Rig {
+  const network = new StandInNetwork(log);
+  const auth = new MemoryAuthStore();
+  const listener = new Listener();
+  const settings = defaultSettings();
+  const ownSends = new Set<string>();
+  const driver = createBaileysDriver({
+    db,
+    log,
+    socketFactory: network.factory,
+    backoff: { baseMs: 5, maxMs: 40, jitter: 0.2 },
+    ...opts,
+  })({ instanceId: INSTANCE, auth, listener, isOwnSend: async (id) => ownSends.has(id), settings: () => settings, ...ctx });
+  const r = { network, auth, listener, driver, settings, ownSends, sock: () => network.current };
+  rigs.push(r);
+  return r;
+}
+
+/** Connect → QR → pairing (515 restart) → login. */
+async function connectedRig(opts: Partial<BaileysDriverOptions> = {}, ctx: Pick<DriverContext, 'stillOwner'> = {}): Promise<Rig> {
+  const r = rig(opts, ctx);
+  await r.driver.connect();
+  await until(() => r.network.sockets.length === 1, 'first socket');
+  r.sock().showQr();
+  await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan');
+  r.sock().completePairing(MY_PHONE, MY_LID);
+  await until(() => r.network.sockets.length === 2, 'restart after pairing');
+  r.sock().open();
+  await until(() => r.listener.state === 'connected', 'connected');
+  return r;
+}
+
+function received(fields: {
+  chat: string;
+  chatAlt?: string;
+  participant?: string;
+  participantAlt?: string;
+  fromMe?: boolean;
+  id?: string;
+  pushName?: string;
+  message: Record<string, unknown>;
+}): WAMessage {
+  return {
+    key: {
+      remoteJid: fields.chat,
+      remoteJidAlt: fields.chatAlt,
+      participant: fields.participant,
+      participantAlt: fields.participantAlt,
+      fromMe: !!fields.fromMe,
+      id: fields.id ?? `3A${randomBytes(9).toString('hex').toUpperCase()}`,
+    },
+    message: proto.Message.fromObject(fields.message),
+    pushName: fields.pushName,
+    messageTimestamp: Math.floor(Date.now() / 1000),
+  };
+}
+
+async function deliver(r: Rig, msg: WAMessage, type: 'notify' | 'append' = 'notify'): Promise<InboundMessage | undefined> {
+  const before = r.listener.messages.length;
+  r.sock().emit('messages.upsert', { messages: [msg], type });
+  await until(async () => r.listener.messages.length > before || (await settled()), 'message handled');
+  return r.listener.messages.slice(before).find((m) => m.messageId === msg.key.id);
+}
+
+/** Lets queued events run (for checks that something did NOT happen). */
+async function settled(ms = 30): Promise<true> {
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  return true;
+}
+
+function text(messengerId: string, to: OutboundMessage['to'], body = 'hello'): OutboundMessage {
+  return { messengerId, to, type: 'text', text: body };
+}
+
+function mid(): string {
+  return `3EB0${randomBytes(10).toString('hex').toUpperCase()}`;
+}
+
+async function rejectsWith(p: Promise<unknown>, code: string, definite: boolean): Promise<void> {
+  await assert.rejects(p, (err: unknown) => {
+    assert.ok(err instanceof SendError, `SendError expected, got ${String(err)}`);
+    assert.equal(err.code, code);
+    assert.equal(err.definite, definite);
+    return true;
+  });
+}
+
+describe('baileys driver: connection', () => {
+  it('starts, then reports awaiting_scan with each raw QR', async () => {
+    const r = rig();
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    const first = r.sock().showQr();
+    const second = r.sock().showQr();
+    await until(() => r.listener.states.filter((s) => s.state === 'awaiting_scan').length === 2, 'two QRs');
+    assert.deepEqual(
+      r.listener.states.map((s) => [s.state, s.qr ?? null]),
+      [
+        ['starting', null],
+        ['awaiting_scan', first],
+        ['awaiting_scan', second],
+      ],
+    );
+  });
+
+  it('configures the socket: not online on connect, bounded history, getMessage from our records', async () => {
+    const r = rig();
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    const config = r.sock().config;
+    assert.equal(config.markOnlineOnConnect, false);
+    assert.equal(config.syncFullHistory, false);
+    const T = proto.HistorySync.HistorySyncType;
+    assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.INITIAL_BOOTSTRAP }), true);
+    assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.NON_BLOCKING_DATA }), true);
+    assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.FULL }), false);
+    assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.RECENT }), false);
+
+    const messengerId = mid();
+    await db('send_items').insert({
+      id: `snd_${randomBytes(6).toString('hex')}`,
+      instance_id: INSTANCE,
+      messenger_id: messengerId,
+      phone: '5511912345678',
+      type: 'text',
+      payload: { text: 'stored text' },
+      status: 'sent',
+      expires_at: new Date(Date.now() + 60_000),
+    });
+    const got = await config.getMessage!({ remoteJid: '5511912345678@s.whatsapp.net', fromMe: true, id: messengerId });
+    assert.equal(got?.extendedTextMessage?.text, 'stored text');
+    assert.equal(await config.getMessage!({ remoteJid: 'x@s.whatsapp.net', fromMe: true, id: mid() }), undefined);
+  });
+
+  it('requests a pairing code only once the socket is ready, formatted for the phone', async () => {
+    const r = rig();
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    const pending = r.driver.requestPairingCode('5511988887777');
+    await settled();
+    assert.deepEqual(r.network.pairingRequests, [], 'not asked before the socket is ready');
+    r.sock().showQr();
+    const code = await pending;
+    assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
+    assert.deepEqual(r.network.pairingRequests, ['5511988887777']);
+  });
+
+  it('restarts after pairing (515) without reporting a drop, saves credentials and connects as the phone', async () => {
+    const r = await connectedRig();
+    assert.deepEqual(
+      r.listener.states.map((s) => s.state),
+      ['starting', 'awaiting_scan', 'connected'],
+    );
+    assert.equal(r.listener.states.at(-1)!.phone, MY_PHONE);
+    const creds = r.auth.data.get('creds/creds') as { me?: { id?: string } };
+    assert.equal(creds?.me?.id, `${MY_PHONE}:12@s.whatsapp.net`);
+  });
+
+  for (const [code, reason] of [
+    [DisconnectReason.connectionLost, 'connection_lost'],
+    [DisconnectReason.connectionClosed, 'connection_closed'],
+    [DisconnectReason.badSession, 'bad_session'],
+    [DisconnectReason.unavailableService, 'service_unavailable'],
+  ] as const) {
+    it(`reconnects after a transient close ${code} and keeps credentials`, async () => {
+      const r = await connectedRig();
+      await r.sock().drop(code);
+      await until(() => r.network.sockets.length === 3, 'new socket after backoff');
+      assert.deepEqual(r.listener.states.at(-1), { state: 'reconnecting', reason });
+      r.sock().open();
+      await until(() => r.listener.state === 'connected', 'connected again');
+      assert.ok(r.auth.data.has('creds/creds'));
+    });
+  }
+
+  for (const [code, reason] of [
+    [DisconnectReason.loggedOut, 'logged_out'],
+    [DisconnectReason.forbidden, 'forbidden'],
+    [DisconnectReason.multideviceMismatch, 'multidevice_mismatch'],
+  ] as const) {
+    it(`stops on ${code}: logged_out, credentials cleared, no reconnect`, async () => {
+      const r = await connectedRig();
+      await r.sock().drop(code);
+      await until(() => r.listener.state === 'logged_out', 'logged_out');
+      assert.equal(r.listener.states.at(-1)!.reason, reason);
+      assert.equal(r.auth.data.size, 0);
+      await settled(80);
+      assert.equal(r.network.sockets.length, 2, 'no new socket');
+    });
+  }
+
+  it('on 440 (replaced) does not reconnect unless the owner lock says so', async () => {
+    const r = await connectedRig();
+    await r.sock().drop(DisconnectReason.connectionReplaced);
+    await until(() => r.listener.state === 'reconnecting', 'reconnecting');
+    assert.equal(r.listener.states.at(-1)!.reason, 'connection_replaced');
+    await settled(80);
+    assert.equal(r.network.sockets.length, 2, 'no blind reconnect');
+
+    let asked = 0;
+    const owner = await connectedRig({ stillOwner: async (id) => (asked++, id === INSTANCE) });
+    await owner.sock().drop(DisconnectReason.connectionReplaced);
+    await until(() => owner.network.sockets.length === 3, 'reconnect as the lock holder');
+    assert.equal(asked, 1);
+
+    // Without the option the driver asks the session's owner lock through its context.
+    let contextAsked = 0;
+    const lockGone = await connectedRig({}, { stillOwner: async () => (contextAsked++, false) });
+    await lockGone.sock().drop(DisconnectReason.connectionReplaced);
+    await until(() => contextAsked === 1, 'the context asked');
+    await settled(80);
+    assert.equal(lockGone.network.sockets.length, 2, 'the lock is gone: no reconnect');
+    const lockHeld = await connectedRig({}, { stillOwner: async () => true });
+    await lockHeld.sock().drop(DisconnectReason.connectionReplaced);
+    await until(() => lockHeld.network.sockets.length === 3, 'reconnect as the lock holder (context)');
+  });
+
+  it('backs off exponentially with jitter, capped', () => {
+    const opts = { baseMs: 100, maxMs: 1000, jitter: 0.2 };
+    assert.deepEqual([0, 1, 2, 3, 4, 10].map((a) => backoffDelay(a, opts, () => 0.5)), [100, 200, 400, 800, 1000, 1000]);
+    assert.equal(backoffDelay(2, opts, () => 0), 320);
+    assert.equal(backoffDelay(2, opts, () => 1), 480);
+    assert.equal(closeAction(undefined).kind, 'reconnect');
+  });
+
+  it('disconnect closes the socket, keeps credentials and ignores what the old socket still emits', async () => {
+    const r = await connectedRig();
+    const old = r.sock();
+    const states = r.listener.states.length;
+    await r.driver.disconnect();
+    assert.ok(old.isClosed);
+    assert.ok(r.auth.data.has('creds/creds'));
+    await settled(60);
+    assert.equal(r.network.sockets.length, 2);
+    assert.equal(r.listener.states.length, states);
+  });
+
+  it('logout unlinks the device, clears credentials and reports logged_out', async () => {
+    const r = await connectedRig();
+    await r.driver.logout();
+    assert.deepEqual(r.network.logouts, [`${MY_PHONE}:12@s.whatsapp.net`]);
+    assert.equal(r.auth.data.size, 0);
+    assert.deepEqual(r.listener.states.at(-1), { state: 'logged_out', reason: 'logout' });
+    await settled(60);
+    assert.equal(r.network.sockets.length, 2, 'no reconnect after logout');
+  });
+});
+
+describe('baileys driver: sending', () => {
+  it('sends text with the reserved id to phone, group, -group and LID destinations', async () => {
+    const r = await connectedRig();
+    const cases: [OutboundMessage['to'], string][] = [
+      [{ kind: 'phone', phone: '5511912345678' }, '5511912345678@s.whatsapp.net'],
+      [{ kind: 'group', groupId: '120363025246125486' }, '120363025246125486@g.us'],
+      [{ kind: 'group', groupId: '5511912345678-1600000000' }, '5511912345678-1600000000@g.us'],
+      [{ kind: 'lid', lid: '123456789012345' }, '123456789012345@lid'],
+    ];
+    for (const [to, jid] of cases) {
+      const id = mid();
+      await r.driver.send(text(id, to, `to ${jid}`));
+      const relayed = r.network.relayed.at(-1)!;
+      assert.equal(relayed.messageId, id);
+      assert.equal(relayed.jid, jid);
+      assert.equal(relayed.message.extendedTextMessage?.text, `to ${jid}`);
+    }
+  });
+
+  it('echoes an API send as an own message (fromMe, fromApi); never a phone for a LID', async () => {
+    const r = await connectedRig();
+    const id = mid();
+    await r.driver.send(text(id, { kind: 'lid', lid: '123456789012345' }, 'echo'));
+    await until(() => r.listener.messages.some((m) => m.messageId === id), 'echo');
+    const echo = r.listener.messages.find((m) => m.messageId === id)!;
+    assert.equal(echo.fromMe, true);
+    assert.equal(echo.fromApi, true);
+    assert.equal(echo.phone, null);
+    assert.equal(echo.chatLid, '123456789012345@lid');
+    assert.equal(echo.text, 'echo');
+  });
+
+  it('uploads media encrypted and sends image, video, voice note, audio, document and sticker', async () => {
+    const r = await connectedRig();
+    const server = await mediaServer((path) => {
+      const [, , , id] = path.split('/');
+      return r.network.uploads.get(id!);
+    });
+    try {
+      r.network.mediaBaseUrl = `${server.url}/media`;
+      const bytes = (n: number) => randomBytes(n);
+      const sends: [OutboundMessage, (m: proto.IMessage) => unknown][] = [
+        [{ messengerId: mid(), to: phoneTo(), type: 'image', media: bytes(900), mimetype: 'image/jpeg', caption: 'a photo' }, (m) => m.imageMessage],
+        [{ messengerId: mid(), to: phoneTo(), type: 'video', media: bytes(1500), mimetype: 'video/mp4', caption: 'a clip' }, (m) => m.videoMessage],
+        [{ messengerId: mid(), to: phoneTo(), type: 'audio', media: bytes(700), mimetype: 'audio/ogg', ptt: true }, (m) => m.audioMessage],
+        [{ messengerId: mid(), to: phoneTo(), type: 'audio', media: bytes(700), mimetype: 'audio/mpeg' }, (m) => m.audioMessage],
+        [{ messengerId: mid(), to: phoneTo(), type: 'document', media: bytes(400), mimetype: 'application/pdf', fileName: 'invoice.pdf', caption: 'the invoice' }, (m) => m.documentMessage],
+        [{ messengerId: mid(), to: phoneTo(), type: 'sticker', media: bytes(300), mimetype: 'image/webp' }, (m) => m.stickerMessage],
+      ];
+      for (const [msg, pick] of sends) {
+        await r.driver.send(msg);
+        const relayed = r.network.relayed.at(-1)!;
+        assert.equal(relayed.messageId, msg.messengerId);
+        const media = pick(relayed.message) as proto.Message.IImageMessage & proto.Message.IAudioMessage & proto.Message.IDocumentMessage;
+        assert.ok(media, `${msg.type} content`);
+        const plain = await collect(await downloadContentFromMessage({ mediaKey: media.mediaKey, url: media.url }, mediaTypeOf(msg.type)));
+        assert.deepEqual(plain, Buffer.from(msg.media!), `${msg.type} decrypts to the original bytes`);
+        if (msg.caption) assert.equal(media.caption, msg.caption);
+        if (msg.type === 'audio') {
+          assert.equal(!!media.ptt, !!msg.ptt);
+          assert.equal(media.mimetype, msg.ptt ? 'audio/ogg; codecs=opus' : 'audio/mpeg');
+        }
+        if (msg.type === 'document') assert.equal(media.fileName, 'invoice.pdf');
+        if (msg.type === 'sticker') assert.equal(media.mimetype, 'image/webp');
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('fails definitely before the message reaches the socket', async () => {
+    const offline = rig();
+    await rejectsWith(offline.driver.send(text(mid(), phoneTo())), 'not_connected', true);
+
+    const r = await connectedRig();
+    r.network.notOnNetwork.add('5511900000404');
+    await rejectsWith(r.driver.send(text(mid(), { kind: 'phone', phone: '5511900000404' })), 'not_on_network', true);
+
+    r.network.uploadFails = true;
+    await rejectsWith(r.driver.send({ messengerId: mid(), to: phoneTo(), type: 'image', media: randomBytes(100), mimetype: 'image/jpeg' }), 'media_upload_failed', true);
+    await rejectsWith(r.driver.send({ messengerId: mid(), to: phoneTo(), type: 'image', mimetype: 'image/jpeg' }), 'invalid_message', true);
+    assert.equal(r.network.relayed.length, 0, 'nothing reached the socket');
+  });
+
+  it('is uncertain when the connection closes or times out after the message went to the socket', async () => {
+    const r = await connectedRig({ sendTimeoutMs: 60 });
+    r.network.relayBehaviour = 'hang';
+    await rejectsWith(r.driver.send(text(mid(), phoneTo())), 'timeout', false);
+    r.network.relayBehaviour = 'close';
+    await rejectsWith(r.driver.send(text(mid(), phoneTo())), 'connection_lost', false);
+    await until(() => r.listener.state === 'reconnecting', 'the drop is reported');
+  });
+
+  it('protectAnnouncementGroups refuses announcement groups where we are not admin', async () => {
+    const r = await connectedRig();
+    r.settings.protectAnnouncementGroups = true;
+    r.network.groups.set('120363000000000001@g.us', group('120363000000000001@g.us', true, null));
+    r.network.groups.set('120363000000000002@g.us', group('120363000000000002@g.us', true, 'admin'));
+    r.network.groups.set('120363000000000003@g.us', group('120363000000000003@g.us', false, null));
+    await rejectsWith(r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000001' })), 'announcement_group', true);
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000002' }));
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
+    r.settings.protectAnnouncementGroups = false;
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000001' }));
+    assert.equal(r.network.relayed.length, 3);
+  });
+});
+
+describe('baileys driver: receipts', () => {
+  it('maps messages.update statuses and only moves forward', async () => {
+    const r = await connectedRig();
+    const id = mid();
+    const key = { remoteJid: '5511912345678@s.whatsapp.net', fromMe: true, id };
+    const S = proto.WebMessageInfo.Status;
+    for (const status of [S.SERVER_ACK, S.DELIVERY_ACK, S.SERVER_ACK, S.READ, S.DELIVERY_ACK, S.PLAYED, S.ERROR]) {
+      r.sock().emit('messages.update', [{ key, update: { status } }]);
+    }
+    // Not ours, or not a status change: ignored.
+    r.sock().emit('messages.update', [{ key: { ...key, fromMe: false, id: mid() }, update: { status: S.READ } }]);
+    r.sock().emit('messages.update', [{ key, update: { message: { conversation: 'edited' } } }]);
+    await until(() => r.listener.receipts.some((x) => x.status === 'played'), 'played');
+    await settled();
+    assert.deepEqual(r.listener.receipts, ['sent', 'delivered', 'read', 'played'].map((status) => ({ messengerId: id, status })));
+
+    const failing = mid();
+    r.sock().emit('messages.update', [{ key: { ...key, id: failing }, update: { status: S.ERROR, messageStubParameters: ['479'] } }]);
+    await until(() => r.listener.receipts.some((x) => x.messengerId === failing), 'failed receipt');
+    assert.equal(r.listener.receipts.at(-1)!.status, 'failed');
+  });
+
+  it('maps per-participant group receipts (message-receipt.update)', async () => {
+    const r = await connectedRig();
+    const id = mid();
+    const key = { remoteJid: '120363025246125486@g.us', fromMe: true, id };
+    r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '5511911111111@s.whatsapp.net', receiptTimestamp: 1_700_000_001 } }]);
+    r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '123456789012345@lid', receiptTimestamp: 1_700_000_002 } }]);
+    r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '5511911111111@s.whatsapp.net', readTimestamp: 1_700_000_003 } }]);
+    r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '5511911111111@s.whatsapp.net', playedTimestamp: 1_700_000_004 } }]);
+    await until(() => r.listener.receipts.length === 3, 'three receipts');
+    assert.deepEqual(r.listener.receipts.map((x) => x.status), ['delivered', 'read', 'played']);
+  });
+});
+
+describe('baileys driver: receiving', () => {
+  it('normalises a private PN-addressed text with the LID from remoteJidAlt', async () => {
+    const r = await connectedRig();
+    const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', chatAlt: '111122223333444@lid', pushName: 'Ana', message: { conversation: 'oi' } }));
+    assert.deepEqual(pick(m), { from: '5511977776666@s.whatsapp.net', phone: '5511977776666', chatLid: '111122223333444@lid', participant: null, fromMe: false, fromApi: false, name: 'Ana', type: 'text', text: 'oi', isGroup: false });
+  });
+
+  it('takes the phone of a LID-addressed chat only from its PN alternative', async () => {
+    const r = await connectedRig();
+    const withPn = await deliver(r, received({ chat: '111122223333444@lid', chatAlt: '5511977776666@s.whatsapp.net', message: { extendedTextMessage: { text: 'link https://example.com' } } }));
+    assert.equal(withPn?.phone, '5511977776666');
+    assert.equal(withPn?.chatLid, '111122223333444@lid');
+    assert.equal(withPn?.text, 'link https://example.com');
+    const lidOnly = await deliver(r, received({ chat: '111122223333444@lid', message: { conversation: 'who am i' } }));
+    assert.equal(lidOnly?.phone, null, 'never derived from the LID');
+    assert.equal(lidOnly?.chatLid, '111122223333444@lid');
+    assert.equal(lidOnly?.from, '111122223333444@lid');
+  });
+
+  it('normalises group messages from LID and PN participants', async () => {
+    const r = await connectedRig();
+    const lidSender = await deliver(r, received({ chat: '120363025246125486@g.us', participant: '222233334444555@lid', participantAlt: '5511955554444@s.whatsapp.net', pushName: 'Bia', message: { conversation: 'hello group' } }));
+    assert.deepEqual(pick(lidSender), { from: '120363025246125486@g.us', phone: '5511955554444', chatLid: '222233334444555@lid', participant: '222233334444555@lid', fromMe: false, fromApi: false, name: 'Bia', type: 'text', text: 'hello group', isGroup: true });
+    const pnSender = await deliver(r, received({ chat: '120363025246125486@g.us', participant: '5511955554444:3@s.whatsapp.net', message: { conversation: 'from a device' } }));
+    assert.equal(pnSender?.participant, '5511955554444@s.whatsapp.net');
+    assert.equal(pnSender?.phone, '5511955554444');
+    assert.equal(pnSender?.chatLid, null);
+  });
+
+  it('unwraps ephemeral, view-once, document-with-caption and edited messages', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    const eph = await deliver(r, received({ chat, message: { ephemeralMessage: { message: { extendedTextMessage: { text: 'disappearing' } } } } }));
+    assert.deepEqual([eph?.type, eph?.text], ['text', 'disappearing']);
+
+    const once = await deliver(r, received({ chat, message: { viewOnceMessageV2: { message: { imageMessage: { mimetype: 'image/jpeg', caption: 'once', viewOnce: true, url: 'https://mmg.whatsapp.net/x', mediaKey: randomBytes(32) } } } } }));
+    assert.deepEqual([once?.type, once?.text, once?.media?.viewOnce], ['image', 'once', true]);
+
+    const doc = await deliver(r, received({ chat, message: { documentWithCaptionMessage: { message: { documentMessage: { mimetype: 'application/pdf', fileName: 'report.pdf', caption: 'the report' } } } } }));
+    assert.deepEqual([doc?.type, doc?.text, doc?.media?.fileName, doc?.media?.mimetype, doc?.media?.viewOnce], ['document', 'the report', 'report.pdf', 'application/pdf', false]);
+
+    const edited = await deliver(r, received({ chat, message: { protocolMessage: { type: proto.Message.ProtocolMessage.Type.MESSAGE_EDIT, key: { id: 'ORIGINAL' }, editedMessage: { conversation: 'fixed typo' } } } }));
+    assert.deepEqual([edited?.type, edited?.text], ['text', 'fixed typo']);
+    const editedWrapper = await deliver(r, received({ chat, message: { editedMessage: { message: { conversation: 'also edited' } } } }));
+    assert.equal(editedWrapper?.text, 'also edited');
+  });
+
+  it('describes audio, video and sticker media', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    const voice = await deliver(r, received({ chat, message: { audioMessage: { mimetype: 'audio/ogg; codecs=opus', seconds: 7, ptt: true } } }));
+    assert.deepEqual([voice?.type, voice?.media?.voiceNote, voice?.media?.seconds], ['audio', true, 7]);
+    const video = await deliver(r, received({ chat, message: { videoMessage: { mimetype: 'video/mp4', seconds: 12, caption: 'clip' } } }));
+    assert.deepEqual([video?.type, video?.text, video?.media?.seconds], ['video', 'clip', 12]);
+    const sticker = await deliver(r, received({ chat, message: { stickerMessage: { mimetype: 'image/webp' } } }));
+    assert.deepEqual([sticker?.type, sticker?.media?.mimetype], ['sticker', 'image/webp']);
+  });
+
+  it('flags own messages from the phone, and fromApi only for our sends', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    const fromPhone = await deliver(r, received({ chat, fromMe: true, message: { conversation: 'typed on the phone' } }));
+    assert.deepEqual([fromPhone?.fromMe, fromPhone?.fromApi, fromPhone?.phone], [true, false, '5511977776666']);
+    const ours = mid();
+    r.ownSends.add(ours);
+    const api = await deliver(r, received({ chat, fromMe: true, id: ours, message: { conversation: 'sent by the API' } }));
+    assert.deepEqual([api?.fromMe, api?.fromApi], [true, true]);
+    const inGroup = await deliver(r, received({ chat: '120363025246125486@g.us', fromMe: true, message: { conversation: 'me in a group' } }));
+    assert.equal(inGroup?.phone, MY_PHONE);
+  });
+
+  it('ignores history (append), reactions and stubs; buffers until login like Baileys', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    assert.equal(await deliver(r, received({ chat, message: { conversation: 'history' } }), 'append'), undefined);
+    assert.equal(await deliver(r, received({ chat, message: { reactionMessage: { text: '👍', key: { id: 'X' } } } })), undefined);
+    assert.equal(r.listener.messages.length, 0);
+
+    await r.sock().drop(DisconnectReason.connectionLost);
+    await until(() => r.network.sockets.length === 3, 'reconnect');
+    const offline = received({ chat, message: { conversation: 'arrived while offline' } });
+    r.sock().emit('messages.upsert', { messages: [offline], type: 'notify' });
+    await settled();
+    assert.equal(r.listener.messages.length, 0, 'held in Baileys\' buffer until the offline notifications are handled');
+    r.sock().open();
+    await until(() => r.listener.messages.some((m) => m.messageId === offline.key.id), 'flushed on login');
+  });
+
+  it('autoReadMessages and autoReadStatus mark messages read; status broadcasts are not relayed', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    const status = received({ chat: 'status@broadcast', participant: '5511977776666@s.whatsapp.net', message: { conversation: 'my status' } });
+    r.sock().emit('messages.upsert', { messages: [status], type: 'notify' });
+    await deliver(r, received({ chat, message: { conversation: 'unread' } }));
+    await settled();
+    assert.equal(r.network.reads.length, 0);
+    assert.ok(!r.listener.messages.some((m) => m.messageId === status.key.id));
+
+    r.settings.autoReadMessages = true;
+    r.settings.autoReadStatus = true;
+    const msg = received({ chat, message: { conversation: 'read me' } });
+    await deliver(r, msg);
+    r.sock().emit('messages.upsert', { messages: [status], type: 'notify' });
+    await until(() => r.network.reads.length === 2, 'two reads');
+    assert.deepEqual(r.network.reads.map((k) => k.id).sort(), [msg.key.id, status.key.id].sort());
+  });
+
+  describe('media download', () => {
+    let server: Awaited<ReturnType<typeof mediaServer>>;
+    const files = new Map<string, Buffer | 'hang'>();
+    before(async () => {
+      server = await mediaServer((path) => files.get(path));
+    });
+    after(() => server.close());
+
+    async function encryptedImage(path: string, plain: Buffer): Promise<proto.Message.IImageMessage> {
+      const enc = await encryptedStream(plain, 'image');
+      files.set(path, await readFile(enc.encFilePath));
+      await unlink(enc.encFilePath);
+      return { url: `${server.url}${path}`, mediaKey: enc.mediaKey, fileSha256: enc.fileSha256, fileEncSha256: enc.fileEncSha256, fileLength: plain.length, mimetype: 'image/jpeg' };
+    }
+
+    it('downloads and decrypts inbound media', async () => {
+      const r = await connectedRig();
+      const plain = randomBytes(5000);
+      const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: await encryptedImage('/ok', plain) } }));
+      assert.deepEqual(Buffer.from(await m!.media!.download()), plain);
+      assert.equal(r.network.reuploads, 0);
+    });
+
+    it('asks the phone to re-upload once when the link is gone, then downloads', async () => {
+      const r = await connectedRig();
+      const plain = randomBytes(3000);
+      const image = await encryptedImage('/fresh', plain);
+      r.network.reupload = async (message) => ({ ...message, message: { imageMessage: { ...message.message!.imageMessage, url: image.url } } });
+      const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: { ...image, url: `${server.url}/expired` } } }));
+      assert.deepEqual(Buffer.from(await m!.media!.download()), plain);
+      assert.equal(r.network.reuploads, 1);
+    });
+
+    it('fails when the media stays unavailable, without leaking the URL', async () => {
+      const r = await connectedRig();
+      const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: { ...(await encryptedImage('/x', randomBytes(10))), url: `${server.url}/expired?token=SECRET` } } }));
+      await assert.rejects(m!.media!.download(), (err: Error) => /media unavailable/.test(err.message) && !err.message.includes('SECRET'));
+      assert.equal(r.network.reuploads, 1);
+    });
+
+    it('gives up on a download that stalls', async () => {
+      const r = await connectedRig({ mediaDownloadTimeoutMs: 100 });
+      files.set('/stall', 'hang');
+      const image = await encryptedImage('/later', randomBytes(10));
+      const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: { ...image, url: `${server.url}/stall` } } }));
+      await assert.rejects(m!.media!.download(), /timed out/);
+    });
+  });
+});
+
+describe('baileys driver: presence and calls', () => {
+  it('reports presence with the phone only for PN JIDs', async () => {
+    const r = await connectedRig();
+    r.sock().emit('presence.update', { id: '5511977776666@s.whatsapp.net', presences: { '5511977776666@s.whatsapp.net': { lastKnownPresence: 'composing' } } });
+    r.sock().emit('presence.update', { id: '111122223333444@lid', presences: { '111122223333444@lid': { lastKnownPresence: 'available' } } });
+    await until(() => r.listener.presences.length === 2, 'presences');
+    assert.deepEqual(r.listener.presences, [
+      { phone: '5511977776666', chatLid: null, presence: 'composing' },
+      { phone: null, chatLid: '111122223333444@lid', presence: 'available' },
+    ]);
+  });
+
+  it('rejects incoming calls when autoRejectCalls is on', async () => {
+    const r = await connectedRig();
+    const call = (id: string, status: 'offer' | 'terminate') => ({ chatId: '5511977776666@s.whatsapp.net', from: '111122223333444@lid', callerPn: '5511977776666@s.whatsapp.net', id, date: new Date(), status, offline: false });
+    r.sock().emit('call', [call('CALL1', 'offer')]);
+    await until(() => r.listener.calls.length === 1, 'call reported');
+    assert.equal(r.network.rejectedCalls.length, 0);
+    r.settings.autoRejectCalls = true;
+    r.sock().emit('call', [call('CALL2', 'offer')]);
+    r.sock().emit('call', [call('CALL2', 'terminate')]);
+    await until(() => r.listener.calls.length === 2, 'second call');
+    await settled();
+    assert.deepEqual(r.network.rejectedCalls, [{ id: 'CALL2', from: '111122223333444@lid' }]);
+    assert.deepEqual(r.listener.calls[1], { id: 'CALL2', from: '5511977776666@s.whatsapp.net' });
+  });
+});
+
+// ── helpers ──────────────────────────────────────────────────────────────────
+
+function phoneTo(): OutboundMessage['to'] {
+  return { kind: 'phone', phone: '5511912345678' };
+}
+
+function mediaTypeOf(type: OutboundMessage['type']): 'image' | 'video' | 'audio' | 'document' | 'sticker' {
+  return type as 'image' | 'video' | 'audio' | 'document' | 'sticker';
+}
+
+function pick(m: InboundMessage | undefined) {
+  assert.ok(m, 'message reported');
+  const { from, phone, chatLid, participant, fromMe, fromApi, name, type, text, isGroup } = m;
+  return { from, phone, chatLid, participant, fromMe, fromApi, name, type, text, isGroup };
+}
+
+function group(id: string, announce: boolean, myRole: 'admin' | null): GroupMetadata {
+  return {
+    id,
+    subject: 'g',
+    owner: undefined,
+    announce,
+    participants: [
+      { id: `${MY_LID}@lid`, phoneNumber: `${MY_PHONE}@s.whatsapp.net`, admin: myRole },
+      { id: '222233334444555@lid', admin: 'superadmin' },
+    ],
+  };
+}
+
+async function collect(stream: AsyncIterable<Buffer>): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+/** A local media host: serves what `lookup` returns for a path, 404 otherwise; 'hang' never answers. */
+async function mediaServer(lookup: (path: string) => Buffer | 'hang' | undefined): Promise<{ url: string; close(): Promise<void> }> {
+  const server: Server = createServer((req, res) => {
+    const body = lookup(new URL(req.url!, 'http://x').pathname);
+    if (body === 'hang') return void res.writeHead(200).write(Buffer.alloc(16));
+    if (!body) return void res.writeHead(404).end();
+    res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

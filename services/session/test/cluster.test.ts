@@ -1,0 +1,98 @@
+// Cluster mode pieces on PostgreSQL + NATS JetStream: the expiry sweeper, the RPC server with the
+// gateway's RemoteSessionRuntime, and the session process (main.ts) configuration check.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { Problem } from '@switchboard/core';
+import { startExpirySweeper } from '../src/expiry-sweeper.ts';
+import { loadSessionConfig } from '../src/main.ts';
+import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
+import { serveSessionRpc } from '../src/rpc-server.ts';
+import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
+
+describe('expiry sweeper', () => {
+  let env: Env;
+  before(async () => (env = await openEnv()));
+  after(() => env?.close());
+
+  it('expires queued items past expires_at of an offline instance, once, with message.failed', async () => {
+    const instanceId = await env.createInstance();
+    const late = await enqueueSend(env, instanceId, { phone: '5511912345678', expiresAt: new Date(Date.now() - 1) });
+    const fresh = await enqueueSend(env, instanceId, { phone: '5511912345678' });
+    const sent = await enqueueSend(env, instanceId, { phone: '5511912345678', status: 'sent', expiresAt: new Date(Date.now() - 1) });
+    const sweeper = startExpirySweeper({ db: env.db, relay: env.relay, intervalMs: 20, log: env.log });
+    try {
+      await until(async () => (await itemStatus(env.db, late.id)) === 'expired', 'expired');
+      await new Promise((r) => setTimeout(r, 60));
+      assert.equal(await sweeper.sweep(), 0);
+    } finally {
+      await sweeper.stop();
+    }
+    assert.equal(await itemStatus(env.db, fresh.id), 'queued');
+    assert.equal(await itemStatus(env.db, sent.id), 'sent');
+    const failed = await eventsOf(env.db, instanceId, 'message.failed');
+    assert.equal(failed.length, 1);
+    assert.equal(failed[0].data.messageId, late.id);
+    assert.equal(failed[0].data.error.code, 'expired');
+    const item = await env.db('send_items').where({ id: late.id }).first();
+    assert.equal(item.error.code, 'expired');
+  });
+});
+
+describe('session RPC over NATS with RemoteSessionRuntime', function () {
+  this.timeout(20_000);
+  let env: Env;
+  before(async () => (env = await openEnv({ nats: true })));
+  after(() => env?.close());
+
+  it('start, sandbox ops, problems with their status and code, stop and reset', async () => {
+    const instanceId = await env.createInstance();
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
+    // No session process yet: start only records the desired state; calls are 409.
+    await remote.start(instanceId);
+    assert.equal((await instanceRow(env.db, instanceId)).paused, false);
+    await assert.rejects(remote.call(instanceId, 'sandbox.scan', { phone: '5511900001111' }), (e: unknown) => e instanceof Problem && e.status === 409 && e.code === 'instance_not_running');
+
+    const host = env.runtime();
+    const rpc = await serveSessionRpc(env.bus, instanceId, host);
+    try {
+      await host.resume(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      await assert.rejects(remote.call(instanceId, 'sandbox.scan', { phone: 'nope' }), (e: unknown) => e instanceof Problem && e.status === 400 && e.code === 'validation_failed');
+      assert.deepEqual(await remote.call(instanceId, 'sandbox.scan', { phone: '5511900001111' }), { state: 'connected', phone: '5511900001111' });
+      await assert.rejects(remote.call(instanceId, 'sandbox.scan', { phone: '5511900001111' }), (e: unknown) => e instanceof Problem && e.status === 409 && e.code === 'not_awaiting_scan');
+      const inbound = await remote.call(instanceId, 'sandbox.inbound', { from: '5511977776666', type: 'text', text: 'hi' });
+      assert.equal(typeof inbound.messageId, 'string');
+
+      await remote.stop(instanceId);
+      let row = await instanceRow(env.db, instanceId);
+      assert.deepEqual([row.paused, row.state], [true, 'stopped']);
+      await remote.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'reconnected without scan');
+      await remote.reset(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'pairing again after reset');
+      row = await instanceRow(env.db, instanceId);
+      assert.equal(row.phone, null);
+    } finally {
+      await rpc.stop();
+      await host.close();
+    }
+  });
+});
+
+describe('session process configuration', () => {
+  it('names each missing variable', () => {
+    assert.throws(() => loadSessionConfig({}), (e: any) => /INSTANCE_ID/.test(e.message) && /DATABASE_URL/.test(e.message) && /NATS_URL/.test(e.message));
+  });
+
+  it('exits non-zero with one clear line on bad configuration', () => {
+    const out = spawnSync(process.execPath, ['--import', 'tsx', 'services/session/src/main.ts'], {
+      env: { PATH: process.env.PATH, INSTANCE_ID: 'Bad_Id' },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    assert.notEqual(out.status, 0);
+    const lines = out.stderr.trim().split('\n').filter((l) => !l.startsWith('npm warn'));
+    assert.equal(lines.length, 1, out.stderr);
+    assert.match(lines[0], /^configuration error: INSTANCE_ID/);
+  });
+});

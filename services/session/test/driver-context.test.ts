@@ -1,0 +1,72 @@
+// What the worker's DriverContext tells a driver: whether it still holds the owner lock (asked
+// before reconnecting after another socket took over the account, WhatsApp close 440), and the
+// instance's settings kept current without any send (autoRejectCalls on an incoming call).
+import assert from 'node:assert/strict';
+import type { DriverContext } from '@switchboard/core';
+import type { LocalSessionRuntime } from '../src/local-runtime.ts';
+import { lockKey } from '../src/owner-lock.ts';
+import { sandboxDriverFactory } from '../src/sandbox/driver.ts';
+import { instanceRow, openEnv, until, type Env } from './harness.ts';
+
+describe('session worker: the driver context', function () {
+  this.timeout(20_000);
+  let env: Env;
+  let runtime: LocalSessionRuntime;
+  const contexts: DriverContext[] = [];
+
+  before(async () => {
+    env = await openEnv();
+  });
+  after(async () => {
+    await runtime?.close();
+    await env?.close();
+  });
+
+  /** Ends the database session holding the instance's advisory lock, as a network failure would. */
+  async function killLockSession(instanceId: string): Promise<void> {
+    const key = BigInt.asUintN(64, BigInt(lockKey(instanceId)));
+    const { rows } = await env.db.raw(
+      `SELECT pg_terminate_backend(pid) AS ended FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND classid = ?::oid AND objid = ?::oid AND objsubid = 1
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      [(key >> 32n).toString(), (key & 0xffffffffn).toString()],
+    );
+    assert.equal(rows.length, 1, 'one session holds the lock');
+  }
+
+  it('true while this worker holds the lock with this driver; false once the lock is lost or the session stopped', async () => {
+    const sandbox = sandboxDriverFactory({ db: env.db, receiptDelayMs: 5, reconnectDelayMs: 10 });
+    runtime = env.runtime({ driverFactory: (ctx) => (contexts.push(ctx), sandbox(ctx)) });
+    const instanceId = await env.createInstance();
+    await runtime.start(instanceId);
+    await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+    assert.equal(contexts.length, 1);
+    assert.equal(await contexts[0].stillOwner?.(), true);
+
+    await killLockSession(instanceId);
+    assert.equal(await contexts[0].stillOwner?.(), false, 'the lock went with its database session');
+    // The worker takes the lock again with a new driver; the old driver stays disowned.
+    await until(() => contexts.length === 2, 'a new driver after the lock was taken again');
+    await until(async () => (await contexts[1].stillOwner?.()) === true, 'the new driver owns the session');
+    assert.equal(await contexts[0].stillOwner?.(), false);
+
+    await runtime.stop(instanceId);
+    assert.equal(await contexts[1].stillOwner?.(), false, 'a stopped session owns nothing');
+  });
+
+  it('settings changed while the session runs reach the driver without a send', async () => {
+    const sandbox = sandboxDriverFactory({ db: env.db, receiptDelayMs: 5, reconnectDelayMs: 10 });
+    const seen: DriverContext[] = [];
+    const rt = env.runtime({ driverFactory: (ctx) => (seen.push(ctx), sandbox(ctx)), settingsTtlMs: 100 });
+    try {
+      const instanceId = await env.createInstance();
+      await rt.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      assert.equal(seen[0].settings().autoRejectCalls, false);
+      await env.db('instances').where({ id: instanceId }).update({ settings: JSON.stringify({ autoRejectCalls: true }) });
+      await until(() => seen[0].settings().autoRejectCalls, 'autoRejectCalls seen by the driver', 3000);
+    } finally {
+      await rt.close();
+    }
+  });
+});

@@ -1,0 +1,123 @@
+// The sandbox driver against the driver contract, plus its own rules (DESIGN §6).
+import assert from 'node:assert/strict';
+import { defaultSettings, Problem, SendError, type Db } from '@switchboard/core';
+import { openTestDatabase } from '../../../test/support/services.ts';
+import { SandboxDriver } from '../src/sandbox/driver.ts';
+import { driverContract, MemoryAuthStore, RecordingListener, until } from './driver-contract.ts';
+
+let db: Db;
+let drop: () => Promise<void>;
+
+before(async () => {
+  ({ db, drop } = await openTestDatabase());
+});
+after(async () => drop?.());
+
+driverContract('sandbox', async () => ({
+  create: (ctx) => new SandboxDriver(ctx, { db, receiptDelayMs: 5, reconnectDelayMs: 5 }),
+  scan: async (driver, phone) => void (await driver.sandbox!('scan', { phone })),
+  deliverText: async (driver, from, text, name) => (await driver.sandbox!('inbound', { from, type: 'text', text, name })).messageId as string,
+  okDestination: '5511912345678',
+  close: async () => undefined,
+}));
+
+describe('sandbox driver rules', () => {
+  let listener: RecordingListener;
+  let driver: SandboxDriver;
+  let settings = defaultSettings();
+
+  beforeEach(async () => {
+    listener = new RecordingListener();
+    settings = defaultSettings();
+    driver = new SandboxDriver(
+      { instanceId: 'inst-rules', auth: new MemoryAuthStore(), listener, isOwnSend: async () => false, settings: () => settings },
+      { db, receiptDelayMs: 5, reconnectDelayMs: 5, qrRefreshMs: 30 },
+    );
+    await driver.connect();
+  });
+  afterEach(() => driver.disconnect());
+
+  async function rejects(p: Promise<unknown>, status: number, code: string) {
+    await assert.rejects(p, (err: unknown) => err instanceof Problem && err.status === status && err.code === code);
+  }
+
+  it('refreshes the QR while awaiting a scan', async () => {
+    await until(() => listener.states.filter((s) => s.state === 'awaiting_scan').length >= 3, 'QR refreshes');
+    const qrs = new Set(listener.states.map((s) => s.qr));
+    assert.ok(qrs.size >= 3);
+  });
+
+  it('scan outside awaiting_scan is 409; bad phone is 400', async () => {
+    await rejects(driver.sandbox('scan', { phone: 'abc' }), 400, 'validation_failed');
+    await driver.sandbox('scan', { phone: '5511911112222' });
+    await rejects(driver.sandbox('scan', { phone: '5511911112222' }), 409, 'not_awaiting_scan');
+  });
+
+  it('pair needs the last issued code', async () => {
+    await rejects(driver.sandbox('pair', { code: 'AAAA-BBBB' }), 409, 'no_pairing_code');
+    const first = await driver.requestPairingCode('5511933334444');
+    const code = await driver.requestPairingCode('5511933334444');
+    assert.notEqual(first, code);
+    await rejects(driver.sandbox('pair', { code: first }), 400, 'invalid_pairing_code');
+    await driver.sandbox('pair', { code });
+    assert.equal(listener.state, 'connected');
+    assert.equal(listener.states.at(-1)!.phone, '5511933334444');
+    await rejects(driver.requestPairingCode('5511933334444'), 409, 'already_connected');
+  });
+
+  it('magic destinations select the outcome', async () => {
+    await driver.sandbox('scan', { phone: '5511911112222' });
+    const send = (digits: string, id: string) => driver.send({ messengerId: id, to: { kind: 'phone', phone: digits }, type: 'text', text: 'x' });
+    await assert.rejects(send('5511900000000', 'M0'), (e: unknown) => e instanceof SendError && e.definite && e.code === 'rejected');
+    await assert.rejects(send('5511900000004', 'M4'), (e: unknown) => e instanceof SendError && e.definite && e.code === 'not_on_network');
+    await send('5511900000002', 'M2');
+    await until(() => listener.receipts.some((r) => r.messengerId === 'M2' && r.status === 'delivered'), 'delivered');
+    await new Promise((r) => setTimeout(r, 40));
+    assert.ok(!listener.receipts.some((r) => r.messengerId === 'M2' && r.status === 'read'), '0002 is never read');
+    await assert.rejects(send('5511900000001', 'M1'), (e: unknown) => e instanceof SendError && !e.definite);
+    await until(() => listener.states.some((s) => s.state === 'reconnecting'), 'reconnecting');
+    await until(() => listener.state === 'connected', 'connected again');
+    const ledger = await db('sandbox_ledger').where({ instance_id: 'inst-rules' }).whereIn('messenger_id', ['M0', 'M1', 'M2', 'M4']).pluck('messenger_id');
+    assert.deepEqual(ledger.sort(), ['M1', 'M2']);
+  });
+
+  it('voice notes are played; announcement groups fail only with protection on', async () => {
+    await driver.sandbox('scan', { phone: '5511911112222' });
+    await driver.send({ messengerId: 'V1', to: { kind: 'phone', phone: '5511955556666' }, type: 'audio', ptt: true, mimetype: 'audio/ogg', media: new Uint8Array([1]) });
+    await until(() => listener.receipts.some((r) => r.messengerId === 'V1' && r.status === 'played'), 'played');
+    settings = { ...defaultSettings(), protectAnnouncementGroups: true };
+    await assert.rejects(
+      driver.send({ messengerId: 'G1', to: { kind: 'group', groupId: '120363000000000003' }, type: 'text', text: 'x' }),
+      (e: unknown) => e instanceof SendError && e.code === 'announcement_group' && e.definite,
+    );
+  });
+
+  it('echoes API sends as own messages and normalises group and LID senders', async () => {
+    await driver.sandbox('scan', { phone: '5511911112222' });
+    await driver.send({ messengerId: 'E1', to: { kind: 'phone', phone: '5511955556666' }, type: 'text', text: 'echo me' });
+    await until(() => listener.messages.some((m) => m.messageId === 'E1'), 'echo');
+    const echo = listener.messages.find((m) => m.messageId === 'E1')!;
+    assert.equal(echo.fromMe, true);
+    assert.equal(echo.text, 'echo me');
+
+    await driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'g', group: '120363111@g.us' });
+    const g = listener.messages.at(-1)!;
+    assert.deepEqual([g.from, g.participant, g.phone, g.isGroup], ['120363111@g.us', '5511977776666@s.whatsapp.net', '5511977776666', true]);
+
+    await driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'l', lid: '123456789@lid' });
+    const l = listener.messages.at(-1)!;
+    assert.deepEqual([l.from, l.chatLid, l.phone], ['123456789@lid', '123456789@lid', '5511977776666']);
+
+    await rejects(driver.sandbox('inbound', { from: '5511977776666', type: 'image' }), 400, 'validation_failed');
+    await rejects(driver.sandbox('inbound', { from: 'x', type: 'nope' }), 400, 'validation_failed');
+  });
+
+  it('drop logged_out clears credentials; inbound needs a connection', async () => {
+    await rejects(driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'x' }), 409, 'not_connected');
+    await driver.sandbox('scan', { phone: '5511911112222' });
+    await driver.sandbox('drop', { reason: 'logged_out' });
+    assert.equal(listener.state, 'logged_out');
+    await rejects(driver.sandbox('drop', { reason: 'connection_lost' }), 409, 'not_connected');
+    await rejects(driver.sandbox('drop', { reason: 'bogus' }), 400, 'validation_failed');
+  });
+});

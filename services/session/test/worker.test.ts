@@ -1,0 +1,250 @@
+// The session worker and the local runtime against real PostgreSQL, with the in-process bus and
+// with NATS JetStream, driving the sandbox network.
+import assert from 'node:assert/strict';
+import { enqueueOutbox, subjects } from '@switchboard/core';
+import type { LocalSessionRuntime } from '../src/local-runtime.ts';
+import { applyReceipt } from '../src/send-items.ts';
+import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
+
+const OK = '5511912345678';
+const TERMINAL = ['sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'];
+
+for (const nats of [false, true]) {
+  describe(`session worker (${nats ? 'NATS JetStream' : 'in-process bus'})`, function () {
+    this.timeout(20_000);
+    let env: Env;
+    let runtime: LocalSessionRuntime;
+    let instanceId: string;
+
+    before(async () => {
+      env = await openEnv({ nats });
+    });
+    after(async () => {
+      await env?.close();
+    });
+    beforeEach(async () => {
+      runtime = env.runtime();
+      instanceId = await env.createInstance();
+    });
+    afterEach(async () => {
+      await runtime.close();
+    });
+
+    async function connect(phone = '5511900001111'): Promise<void> {
+      await runtime.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      await runtime.call(instanceId, 'sandbox.scan', { phone });
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
+    }
+
+    async function waitStatus(id: string, status: string): Promise<void> {
+      await until(async () => (await itemStatus(env.db, id)) === status, `item ${id} → ${status}`, 8000).catch(async (e) => { throw new Error(`${e.message} (is ${await itemStatus(env.db, id)})`); });
+    }
+
+    it('start → awaiting_scan with a QR; scan → connected with connection.update events', async () => {
+      await runtime.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      const waiting = await instanceRow(env.db, instanceId);
+      assert.equal(waiting.paused, false);
+      assert.ok(waiting.qr_code);
+      await runtime.call(instanceId, 'sandbox.scan', { phone: '5511900001111' });
+      const row = await instanceRow(env.db, instanceId);
+      assert.deepEqual([row.state, row.phone, row.qr_code], ['connected', '5511900001111', null]);
+      const updates = (await eventsOf(env.db, instanceId, 'connection.update')).map((e) => e.data);
+      assert.deepEqual(
+        updates.map((d) => [d.previousState, d.state]),
+        [['stopped', 'starting'], ['starting', 'awaiting_scan'], ['awaiting_scan', 'connected']],
+      );
+      assert.equal(updates[2].phone, '5511900001111');
+      assert.ok(!JSON.stringify(updates).includes(waiting.qr_code), 'the QR is not in events');
+    });
+
+    it('each magic destination has its outcome and event; the queue continues after a drop', async () => {
+      await connect();
+      const ok = await enqueueSend(env, instanceId, { phone: OK, text: 'ok' });
+      const rejected = await enqueueSend(env, instanceId, { phone: '5511900000000' });
+      const dropped = await enqueueSend(env, instanceId, { phone: '5511900000001' });
+      const unread = await enqueueSend(env, instanceId, { phone: '5511900000002' });
+      const absent = await enqueueSend(env, instanceId, { phone: '5511900000004' });
+      await waitStatus(ok.id, 'read');
+      await waitStatus(rejected.id, 'failed');
+      await waitStatus(dropped.id, 'uncertain');
+      await waitStatus(unread.id, 'delivered');
+      await waitStatus(absent.id, 'failed');
+
+      const byItem = async (id: string) => (await eventsOf(env.db, instanceId)).filter((e) => e.data.messageId === id);
+      const sequence = (await byItem(ok.id)).map((e) => (e.type === 'message.status' ? `status:${e.data.status}` : e.type));
+      // message.sent and the `sent` status are written together (same millisecond, either order).
+      assert.deepEqual([...sequence.slice(0, 2)].sort(), ['message.sent', 'status:sent']);
+      assert.deepEqual(sequence.slice(2), ['status:delivered', 'status:read']);
+      const sent = (await byItem(ok.id)).find((e) => e.type === 'message.sent')!.data;
+      assert.deepEqual(sent, { messageId: ok.id, messengerId: ok.messengerId, phone: OK, type: 'text' });
+      assert.equal((await byItem(rejected.id))[0].type, 'message.failed');
+      const failedAbsent = (await byItem(absent.id))[0];
+      assert.equal(failedAbsent.data.error.code, 'not_on_network');
+      const uncertain = (await byItem(dropped.id))[0];
+      assert.equal(uncertain.type, 'message.uncertain');
+      assert.equal(uncertain.data.reason, 'connection_lost');
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await itemStatus(env.db, unread.id), 'delivered', '0002 never read');
+      const states = (await eventsOf(env.db, instanceId, 'connection.update')).map((e) => e.data.state);
+      assert.deepEqual(states.slice(-2), ['reconnecting', 'connected'], 'the drop reconnects');
+      const ledger = await env.db('sandbox_ledger').where({ instance_id: instanceId }).pluck('messenger_id');
+      assert.deepEqual(ledger.sort(), [ok.messengerId, dropped.messengerId, unread.messengerId].sort());
+      // The echo of an API send is recorded as own and from the API.
+      await until(async () => !!(await env.db('incoming').where({ instance_id: instanceId, message_id: ok.messengerId }).first()), 'echo');
+      const echo = await env.db('incoming').where({ instance_id: instanceId, message_id: ok.messengerId }).first();
+      assert.deepEqual([echo.from_me, echo.from_api, echo.text], [true, true, 'ok']);
+    });
+
+    it('receipts only move forward; failed is terminal', async () => {
+      await connect();
+      const a = await enqueueSend(env, instanceId, { phone: OK });
+      await waitStatus(a.id, 'read');
+      const before = (await eventsOf(env.db, instanceId, 'message.status')).length;
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, a.messengerId, 'delivered')), false);
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, a.messengerId, 'sent')), false);
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, a.messengerId, 'played')), true);
+      assert.equal(await itemStatus(env.db, a.id), 'played');
+      assert.equal((await eventsOf(env.db, instanceId, 'message.status')).length, before + 1);
+      const f = await enqueueSend(env, instanceId, { phone: '5511900000000' });
+      await waitStatus(f.id, 'failed');
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, f.messengerId, 'read')), false);
+      assert.equal(await itemStatus(env.db, f.id), 'failed');
+    });
+
+    it('expired and cancelled items are never sent', async () => {
+      await connect();
+      const late = await enqueueSend(env, instanceId, { phone: OK, expiresAt: new Date(Date.now() - 1000) });
+      const cancelled = await enqueueSend(env, instanceId, { phone: OK, status: 'cancelled' });
+      const marker = await enqueueSend(env, instanceId, { phone: OK });
+      await waitStatus(marker.id, 'sent').catch(() => undefined);
+      await until(async () => (await itemStatus(env.db, marker.id)) !== 'queued' && (await itemStatus(env.db, marker.id)) !== 'sending', 'marker sent');
+      assert.equal(await itemStatus(env.db, late.id), 'expired');
+      assert.equal(await itemStatus(env.db, cancelled.id), 'cancelled');
+      const failed = (await eventsOf(env.db, instanceId, 'message.failed')).find((e) => e.data.messageId === late.id)!;
+      assert.equal(failed.data.error.code, 'expired');
+      const ledger = await env.db('sandbox_ledger').where({ instance_id: instanceId }).pluck('messenger_id');
+      assert.deepEqual(ledger, [marker.messengerId]);
+    });
+
+    it('a restart turns `sending` into uncertain, never resends it, and sends queued items the bus lost', async () => {
+      await connect();
+      await runtime.close(); // process gone; credentials kept, paused still false
+      const interrupted = await enqueueSend(env, instanceId, { phone: OK, status: 'sending', publish: false });
+      const lost = await enqueueSend(env, instanceId, { phone: OK, publish: false }); // no command on the bus
+      // A stale command for the interrupted item, as a redelivery would bring it.
+      await env.db.transaction((trx) => enqueueOutbox(trx, { subject: subjects.command(instanceId), msgId: `${interrupted.id}-again`, payload: JSON.stringify({ id: interrupted.id }) }));
+      runtime = env.runtime();
+      await runtime.resume(instanceId);
+      await waitStatus(lost.id, 'read');
+      assert.equal(await itemStatus(env.db, interrupted.id), 'uncertain');
+      const uncertain = (await eventsOf(env.db, instanceId, 'message.uncertain')).find((e) => e.data.messageId === interrupted.id)!;
+      assert.equal(uncertain.data.reason, 'session_restarted');
+      const ledger = await env.db('sandbox_ledger').where({ instance_id: instanceId }).pluck('messenger_id');
+      assert.ok(!ledger.includes(interrupted.messengerId));
+      const states = (await eventsOf(env.db, instanceId, 'connection.update')).map((e) => e.data.state);
+      assert.ok(!states.slice(3).includes('awaiting_scan'), 'reconnected without a new scan');
+    });
+
+    it('sends wait while the connection is down and go out after it reconnects', async () => {
+      await connect();
+      await runtime.call(instanceId, 'sandbox.drop', { reason: 'connection_lost' });
+      const item = await enqueueSend(env, instanceId, { phone: OK });
+      await waitStatus(item.id, 'read');
+      const states = (await eventsOf(env.db, instanceId, 'connection.update')).map((e) => e.data);
+      const drop = states.find((s) => s.state === 'reconnecting')!;
+      assert.deepEqual([drop.previousState, drop.reason], ['connected', 'connection_lost']);
+    });
+
+    it('records inbound text, group, LID, fromMe and media messages with their events', async () => {
+      await connect();
+      const call = (body: Record<string, unknown>) => runtime.call(instanceId, 'sandbox.inbound', body);
+      const text = await call({ from: '5511977776666', type: 'text', text: 'hi', name: 'Ana' });
+      const group = await call({ from: '5511977776666', type: 'text', text: 'g', group: '120363111@g.us' });
+      const lid = await call({ from: '5511977776666', type: 'text', text: 'l', lid: '998877@lid' });
+      const mine = await call({ from: '5511977776666', type: 'text', text: 'from my phone', fromMe: true });
+      const image = await call({ from: '5511977776666', type: 'image', mediaBase64: Buffer.from('PNGDATA').toString('base64'), mimetype: 'image/png', caption: 'pic' });
+      const gone = await call({ from: '5511977776666', type: 'document', mediaUnavailable: true, fileName: 'a.pdf' });
+      const once = await call({ from: '5511977776666', type: 'image', mediaBase64: 'AAAA', viewOnce: true });
+      const received = await eventsOf(env.db, instanceId, 'message.received');
+      const data = (r: Record<string, unknown>) => received.find((e) => e.data.messageId === r.messageId)!.data;
+      assert.deepEqual(data(text), {
+        messageId: text.messageId, from: '5511977776666@s.whatsapp.net', phone: '5511977776666', chatLid: null, participant: null,
+        fromMe: false, fromApi: false, name: 'Ana', type: 'text', text: 'hi',
+      });
+      assert.deepEqual([data(group).from, data(group).participant], ['120363111@g.us', '5511977776666@s.whatsapp.net']);
+      assert.deepEqual([data(lid).chatLid, data(lid).phone], ['998877@lid', '5511977776666']);
+      assert.deepEqual([data(mine).fromMe, data(mine).fromApi], [true, false]);
+      const img = data(image).media;
+      assert.equal(img.downloadAvailable, true);
+      assert.match(img.url, /^https:\/\/sb\.example\.test\/api\/instances\/.+\/media\/.+\?expires=\d+&signature=[0-9a-f]{64}$/);
+      const mediaId = decodeURIComponent(new URL(img.url).pathname.split('/').pop()!);
+      assert.equal(Buffer.from(await env.media.read(mediaId)).toString(), 'PNGDATA');
+      assert.equal(data(image).text, 'pic');
+      assert.deepEqual([data(gone).media.url, data(gone).media.downloadAvailable, typeof data(gone).media.error], [null, false, 'string']);
+      assert.deepEqual([data(once).media.url, data(once).media.downloadAvailable], [null, false]);
+      const stored = await env.db('media').where({ instance_id: instanceId }).count({ n: '*' }).first();
+      assert.equal(Number(stored!.n), 1, 'only the normal image is archived');
+      assert.equal((await env.db('incoming').where({ instance_id: instanceId }).count({ n: '*' }).first())!.n, '7');
+    });
+
+    it('a redelivered inbound message is recorded once', async () => {
+      const { recordInbound } = await import('../src/inbound.ts');
+      const deps = { db: env.db, instanceId, media: env.media, downloadTimeoutMs: 1000, log: env.log, isOwnSend: async () => false };
+      const msg = { messageId: 'DUP1', from: '1@s.whatsapp.net', phone: '1', chatLid: null, participant: null, fromMe: false, name: null, type: 'text' as const, text: 'x', isGroup: false };
+      assert.equal(await recordInbound(deps, msg), true);
+      assert.equal(await recordInbound(deps, msg), false);
+      assert.equal((await eventsOf(env.db, instanceId, 'message.received')).length, 1);
+    });
+
+    it('presence becomes chat.presence', async () => {
+      await connect();
+      await runtime.call(instanceId, 'sandbox.presence', { from: '5511977776666', presence: 'composing' });
+      const [p] = await eventsOf(env.db, instanceId, 'chat.presence');
+      assert.deepEqual(p.data, { phone: '5511977776666', chatLid: null, presence: 'composing' });
+    });
+
+    it('stop pauses and keeps credentials; start reconnects without a scan; reset pairs again', async () => {
+      await connect();
+      await runtime.stop(instanceId);
+      let row = await instanceRow(env.db, instanceId);
+      assert.deepEqual([row.paused, row.state], [true, 'stopped']);
+      await assert.rejects(runtime.call(instanceId, 'sandbox.scan', { phone: '5511900001111' }), (e: any) => e.status === 409 && e.code === 'instance_not_running');
+      await runtime.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected again');
+      await runtime.reset(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan after reset');
+      row = await instanceRow(env.db, instanceId);
+      assert.equal(row.phone, null);
+      assert.equal(Number((await env.db('auth_state').where({ instance_id: instanceId }).count({ n: '*' }).first())!.n), 0);
+      const { code } = (await runtime.call(instanceId, 'pairing-code', { phone: '5511922223333' })) as { code: string };
+      await runtime.call(instanceId, 'sandbox.pair', { code });
+      row = await instanceRow(env.db, instanceId);
+      assert.deepEqual([row.state, row.phone], ['connected', '5511922223333']);
+      await assert.rejects(runtime.call(instanceId, 'pairing-code', { phone: '5511922223333' }), (e: any) => e.status === 409);
+    });
+
+    it('a second runtime waits for the owner lock instead of connecting twice', async () => {
+      await connect();
+      const other = env.runtime();
+      await other.resume(instanceId);
+      await new Promise((r) => setTimeout(r, 150));
+      assert.equal(other.worker(instanceId)!.isOwner, false);
+      await runtime.close();
+      await until(() => other.worker(instanceId)!.isOwner, 'the second takes over');
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected by the second');
+      await other.close();
+    });
+
+    it('all items end terminal', async () => {
+      await connect();
+      const ids: string[] = [];
+      for (let i = 0; i < 20; i++) ids.push((await enqueueSend(env, instanceId, { phone: `55119000${String(i).padStart(5, '0')}` })).id);
+      await until(async () => {
+        const rows = await env.db('send_items').whereIn('id', ids).pluck('status');
+        return rows.every((s: string) => TERMINAL.includes(s));
+      }, 'all terminal', 10_000);
+    });
+  });
+}

@@ -1,0 +1,190 @@
+// `make bench`: every figure of issue 10 measured in one run on this machine, each next to its
+// baseline measured in the same run, the load generator included. Prints progress, then a table,
+// and writes the figures as JSON (BENCH_OUT, default test/bench/results/latest.json).
+// BENCH_SECONDS shortens or lengthens each measured window (default 8).
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { openDatabase } from '@switchboard/core';
+import { startHttpsReceiver } from '../support/https-receiver.ts';
+import { ApiClient } from '../support/http.ts';
+import { REPO_ROOT } from '../support/cluster.ts';
+import { createInstance, pairOnSandbox, setWebhook } from './api.ts';
+import { printTable, writeJson, type Row } from './report.ts';
+import { measureAccept, prepareAcceptInstances, type AcceptFigures } from './scenarios/accept.ts';
+import { measureDispatcher } from './scenarios/dispatcher-throughput.ts';
+import { measureSessionMemory } from './scenarios/memory.ts';
+import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
+import { startBareKoa, startBenchCluster, startEmbedded, type ServerUnderTest } from './targets.ts';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
+const OUT = process.env.BENCH_OUT ?? join(REPO_ROOT, 'test/bench/results/latest.json');
+const ACCEPT = { durationMs: SECONDS * 1000, warmupMs: 1500, concurrency: 32 };
+const ACCEPT_INSTANCES = 40; // × 1000 queue slots each: the queue limit never caps the figure
+// BENCH_ONLY=dispatcher,pipeline,accept-cluster,… runs only those scenarios (to compare one change
+// before/after); the full table needs every scenario.
+const SCENARIOS = ['baseline', 'accept-embedded', 'accept-cluster', 'dispatcher', 'pipeline'] as const;
+type Scenario = (typeof SCENARIOS)[number];
+const ONLY = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean);
+const unknown = ONLY?.filter((s) => !SCENARIOS.includes(s as Scenario));
+if (unknown?.length) {
+  console.error(`BENCH_ONLY: unknown scenario ${unknown.join(', ')}; choose from ${SCENARIOS.join(', ')}`);
+  process.exit(2);
+}
+const wants = (scenario: Scenario) => !ONLY || ONLY.includes(scenario);
+
+const started = Date.now();
+function progress(step: string) {
+  return (line: string) => console.log(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${step}: ${line}`);
+}
+
+async function acceptOn(name: string, server: { url: string; adminKey: string }, results: Record<string, AcceptFigures>): Promise<void> {
+  const instances = await prepareAcceptInstances(server.url, server.adminKey, ACCEPT_INSTANCES);
+  results[`${name}`] = await measureAccept(server.url, instances, false, { ...ACCEPT, progress: progress(`accept ${name}`) });
+  results[`${name}+key`] = await measureAccept(server.url, instances, true, { ...ACCEPT, progress: progress(`accept ${name} with Idempotency-Key`) });
+}
+
+async function withServer<T>(start: () => Promise<ServerUnderTest | { stop(): Promise<void> }>, body: (s: any) => Promise<T>): Promise<T> {
+  const s = await start();
+  try {
+    return await body(s);
+  } finally {
+    await s.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  console.log(`bench: ${cpus().length} CPUs (${cpus()[0]?.model}), node ${process.version}, ${SECONDS} s windows`);
+  const accept: Record<string, AcceptFigures> = {};
+  if (ONLY) return runSelected(accept);
+  await withServer(startBareKoa, async (s: ServerUnderTest) => {
+    accept.baseline = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress('accept bare Koa baseline') });
+  });
+  await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
+  await withServer(() => startBenchCluster(), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
+
+  const dispatcher = await measureDispatcherScenario();
+  const pipeline = await measurePipeline();
+  const rows = tableRows(accept, dispatcher, pipeline);
+  console.log('');
+  printTable(rows);
+  const strip = ({ load, ...rest }: { load: unknown } & Record<string, unknown>) => (void load, rest);
+  writeJson(OUT, {
+    date: new Date().toISOString(),
+    machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version },
+    windowSeconds: SECONDS,
+    accept,
+    dispatcher,
+    e2e: strip(pipeline.e2e as any),
+    isolation: { alone: strip(pipeline.isolation.alone as any), withBlackHole: strip(pipeline.isolation.withBlackHole as any), ratio: pipeline.isolation.ratio },
+    memory: pipeline.memory,
+    table: rows,
+  });
+  console.log(`\nbench: results written to ${OUT}`);
+}
+
+/** BENCH_ONLY: the selected scenarios, printed as JSON (no table, nothing written). */
+async function runSelected(accept: Record<string, AcceptFigures>): Promise<void> {
+  const out: Record<string, unknown> = {};
+  if (wants('baseline')) {
+    await withServer(startBareKoa, async (s: ServerUnderTest) => {
+      accept.baseline = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress('accept bare Koa baseline') });
+    });
+  }
+  if (wants('accept-embedded')) await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
+  if (wants('accept-cluster')) await withServer(() => startBenchCluster(), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
+  const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
+  out.accept = Object.fromEntries(Object.entries(accept).map(([k, v]) => [k, strip(v)]));
+  if (wants('dispatcher')) out.dispatcher = await measureDispatcherScenario();
+  if (wants('pipeline')) {
+    const p = await measurePipeline();
+    const brief = (w: { p50Ms: number; p99Ms: number; arrived: number; sent: number }) => ({ p50Ms: w.p50Ms, p99Ms: w.p99Ms, arrived: w.arrived, sent: w.sent });
+    out.pipeline = { e2e: brief(p.e2e), isolation: { alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
+  }
+  console.log(JSON.stringify(out, null, 2));
+}
+
+function measureDispatcherScenario() {
+  // BENCH_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is passed to every cluster process.
+  const nodeArgs = process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean);
+  return withServer(() => startBenchCluster({ dispatchers: 0, nodeArgs }), (b) => measureDispatcher(b, 2000, progress('dispatcher')));
+}
+
+function measurePipeline() {
+  return withServer(() => startBenchCluster({ dispatchers: 1 }), async (b) => {
+    const admin = new ApiClient(b.cluster.url, b.cluster.adminKey);
+    const healthy = await startHttpsReceiver();
+    const blackHole = await startHttpsReceiver(() => ({ blackHole: true }));
+    const db = openDatabase({ databaseUrl: b.databaseUrl, dataDir: '/nonexistent' });
+    try {
+      const a = await createInstance(admin, 'bench healthy');
+      const other = await createInstance(admin, 'bench black-holed');
+      for (const [inst, receiver, phone] of [[a, healthy, '5511955550000'], [other, blackHole, '5511955551111']] as const) {
+        await setWebhook(admin, inst.id, receiver.url('/e2e'));
+        b.cluster.startSession(inst.id);
+        await pairOnSandbox(admin, inst.id, phone);
+      }
+      const base = { url: b.cluster.url, adminKey: b.cluster.adminKey, durationMs: SECONDS * 1000 };
+      const log = progress('webhook latency');
+      // Warm-up: JIT, pools and connections of every process on the path.
+      await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 50, durationMs: 2000 });
+      healthy.requests.length = 0;
+      const e2eRun = await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 200 });
+      const e2e = await collectLatency(healthy, e2eRun.started, e2eRun.load);
+      log(`200 events/s: p50 ${e2e.p50Ms.toFixed(1)} ms, p99 ${e2e.p99Ms.toFixed(1)} ms (${e2e.arrived}/${e2e.sent} arrived)`);
+
+      const iso = progress('isolation');
+      healthy.requests.length = 0;
+      const aloneRun = await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 100 });
+      const alone = await collectLatency(healthy, aloneRun.started, aloneRun.load);
+      iso(`healthy alone: p99 ${alone.p99Ms.toFixed(1)} ms`);
+      healthy.requests.length = 0;
+      const [withRun] = await Promise.all([
+        driveInbound({ ...base, instanceId: a.id, ratePerSecond: 100 }),
+        driveInbound({ ...base, instanceId: other.id, ratePerSecond: 100 }),
+      ]);
+      const withBlackHole = await collectLatency(healthy, withRun.started, withRun.load);
+      iso(`healthy next to a black-holed destination: p99 ${withBlackHole.p99Ms.toFixed(1)} ms (black hole holds ${blackHole.inFlight} requests)`);
+
+      const memory = await measureSessionMemory(b.cluster, db, progress('memory'));
+      return { e2e, isolation: { alone, withBlackHole, ratio: withBlackHole.p99Ms / Math.max(alone.p99Ms, 0.001) }, memory };
+    } finally {
+      await db.destroy();
+      await healthy.close();
+      await blackHole.close();
+    }
+  });
+}
+
+function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<ReturnType<typeof measureDispatcher>>, p: any): Row[] {
+  const base = accept.baseline.peakRps;
+  const rows: Row[] = [{ figure: 'accept: bare Koa 202 (baseline)', value: `${base.toFixed(0)} req/s, p50 ${accept.baseline.peakP50Ms.toFixed(1)} ms, p99 ${accept.baseline.peakP99Ms.toFixed(1)} ms` }];
+  for (const name of ['embedded', 'embedded+key', 'cluster', 'cluster+key']) {
+    const a = accept[name];
+    const share = a.peakRps / base;
+    const cluster = name.startsWith('cluster');
+    rows.push({
+      figure: `accept peak: ${name}`,
+      value: `${a.peakRps.toFixed(0)} req/s (${(share * 100).toFixed(1)} %)`,
+      baseline: `${base.toFixed(0)} req/s`,
+      target: cluster ? '≥ 40 %' : undefined,
+      pass: cluster ? share >= 0.4 : undefined,
+    });
+    rows.push({
+      figure: `accept at 80 % of peak: ${name}`,
+      value: `p50 ${a.atLoadP50Ms.toFixed(1)} ms, p99 ${a.atLoadP99Ms.toFixed(1)} ms`,
+      target: cluster ? 'p99 ≤ 25 ms' : undefined,
+      pass: cluster ? a.atLoadP99Ms <= 25 : undefined,
+    });
+  }
+  rows.push({ figure: 'inbound → signed webhook, 200 events/s', value: `p50 ${p.e2e.p50Ms.toFixed(1)} ms, p99 ${p.e2e.p99Ms.toFixed(1)} ms (${p.e2e.arrived}/${p.e2e.sent})`, target: 'p99 ≤ 100 ms', pass: p.e2e.p99Ms <= 100 && p.e2e.arrived === p.e2e.sent });
+  rows.push({ figure: 'dispatcher → healthy receiver', value: `${dispatcher.dispatcherPerSecond.toFixed(0)} /s (${(dispatcher.ratio * 100).toFixed(0)} %)`, baseline: `${dispatcher.baselinePerSecond.toFixed(0)} /s undici loop`, target: '≥ 60 %', pass: dispatcher.ratio >= 0.6 });
+  rows.push({ figure: 'isolation: healthy p99 with a black hole / alone', value: `${p.isolation.ratio.toFixed(2)} (${p.isolation.withBlackHole.p99Ms.toFixed(1)} / ${p.isolation.alone.p99Ms.toFixed(1)} ms)`, target: '≤ 1.5', pass: p.isolation.ratio <= 1.5 });
+  rows.push({ figure: 'session worker RSS idle', value: `${p.memory.idleRssMiB.toFixed(1)} MiB` });
+  rows.push({ figure: 'session worker RSS after 1000 sends', value: `${p.memory.after1000SendsRssMiB.toFixed(1)} MiB` });
+  return rows;
+}
+
+main().catch((err) => {
+  console.error(`bench failed: ${err instanceof Error ? err.stack : String(err)}`);
+  process.exit(1);
+});

@@ -1,0 +1,102 @@
+// Dispatcher throughput to one healthy receiver, against a bare undici loop that signs and posts
+// the same bodies with the same concurrency. Events are recorded and published to NATS before the
+// dispatcher starts; both rates are counted between the first and the last webhook arriving, so
+// process start-up is not part of either figure.
+import { createHmac } from 'node:crypto';
+import { createLogger, openBus, openDatabase, OutboxRelay, recordEvent } from '@switchboard/core';
+import { Pool } from 'undici';
+import { readFileSync } from 'node:fs';
+import { startHttpsReceiver, TEST_CA_PATH, type HttpsReceiver } from '../../support/https-receiver.ts';
+import { ApiClient } from '../../support/http.ts';
+import { waitUntil } from '../../support/cluster.ts';
+import { createInstance, setWebhook } from '../api.ts';
+import type { BenchCluster } from '../targets.ts';
+
+export interface DispatcherFigures {
+  events: number;
+  dispatcherPerSecond: number;
+  baselinePerSecond: number;
+  ratio: number;
+}
+
+const PER_DESTINATION_CONCURRENCY = 4; // the dispatcher's default (scheduler.ts)
+
+export async function measureDispatcher(bench: BenchCluster, events: number, progress: (l: string) => void): Promise<DispatcherFigures> {
+  const receiver = await startHttpsReceiver();
+  const db = openDatabase({ databaseUrl: bench.databaseUrl, dataDir: '/nonexistent' });
+  const log = createLogger({ level: 'silent', name: 'bench' });
+  const bus = await openBus({ natsUrl: bench.natsUrl, namespace: bench.namespace, log });
+  try {
+    const admin = new ApiClient(bench.cluster.url, bench.cluster.adminKey);
+    const inst = await createInstance(admin, 'bench dispatcher');
+    const secret = await setWebhook(admin, inst.id, receiver.url('/dispatch'));
+    const relay = new OutboxRelay(db, bus, log);
+    for (let done = 0; done < events; done += 100) {
+      await db.transaction(async (trx) => {
+        for (let i = done; i < Math.min(events, done + 100); i++) await recordEvent(trx, { instanceId: inst.id, type: 'message.sent', data: { messageId: `msg_${i}`, messengerId: `3EB0${i}`, phone: '5511900000005', type: 'text' } });
+      });
+    }
+    await relay.flush();
+    progress(`${events} events recorded and published; starting the dispatcher`);
+    bench.cluster.startDispatcher();
+    await receiver.waitForRequests(events, 300_000);
+    const dispatcherPerSecond = ratePerSecond(receiver, events);
+    progress(`dispatcher: ${dispatcherPerSecond.toFixed(0)} deliveries/s (${describeGaps(receiver, events)})`);
+
+    const bodies = (await db('events').where({ instance_id: inst.id }).orderBy('created_at').select('id', 'body')) as { id: string; body: string }[];
+    const baseline = await startHttpsReceiver();
+    try {
+      await signAndPost(baseline, bodies, secret);
+      const baselinePerSecond = ratePerSecond(baseline, bodies.length);
+      progress(`bare undici loop: ${baselinePerSecond.toFixed(0)} posts/s`);
+      await waitUntil('deliveries recorded', async () => Number((await db('deliveries').where({ instance_id: inst.id, status: 'delivered' }).count({ n: '*' }).first())!.n) === events, 30_000);
+      return { events, dispatcherPerSecond, baselinePerSecond, ratio: dispatcherPerSecond / baselinePerSecond };
+    } finally {
+      await baseline.close();
+    }
+  } finally {
+    await bus.close();
+    await db.destroy();
+    await receiver.close();
+  }
+}
+
+/** Where the time between first and last arrival went: the longest pauses between arrivals. */
+function describeGaps(receiver: HttpsReceiver, count: number): string {
+  const times = receiver.requests.slice(0, count).map((r) => r.receivedAt).sort((a, b) => a - b);
+  const gaps = times.slice(1).map((t, i) => t - times[i]).sort((a, b) => b - a);
+  const span = times[times.length - 1] - times[0];
+  return `span ${span} ms, longest pauses ${gaps.slice(0, 5).join(', ')} ms, pauses over 20 ms total ${gaps.filter((g) => g > 20).reduce((a, b) => a + b, 0)} ms`;
+}
+
+function ratePerSecond(receiver: HttpsReceiver, count: number): number {
+  const times = receiver.requests.slice(0, count).map((r) => r.receivedAt);
+  const span = Math.max(1, Math.max(...times) - Math.min(...times));
+  return ((count - 1) / span) * 1000;
+}
+
+/** The baseline: what a minimal client does — sign (HMAC-SHA256 over "ts.body") and POST. */
+async function signAndPost(receiver: HttpsReceiver, bodies: { id: string; body: string }[], secret: string): Promise<void> {
+  const pool = new Pool(`https://127.0.0.1:${receiver.port}`, { connections: PER_DESTINATION_CONCURRENCY, connect: { ca: readFileSync(TEST_CA_PATH) } });
+  let next = 0;
+  const worker = async () => {
+    while (next < bodies.length) {
+      const { id, body } = bodies[next++];
+      const ts = String(Math.floor(Date.now() / 1000));
+      const signature = createHmac('sha256', secret).update(`${ts}.${body}`).digest('hex');
+      const res = await pool.request({
+        method: 'POST',
+        path: '/baseline',
+        headers: { 'content-type': 'application/json', 'x-service-event-id': id, 'x-service-timestamp': ts, 'x-service-signature': `sha256=${signature}` },
+        body,
+      });
+      await res.body.dump();
+      if (res.statusCode >= 300) throw new Error(`baseline post: ${res.statusCode}`);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: PER_DESTINATION_CONCURRENCY }, worker));
+  } finally {
+    await pool.close();
+  }
+}

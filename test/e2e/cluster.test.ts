@@ -1,0 +1,81 @@
+// Cluster mode end to end: gateway, session and dispatcher as separate processes on PostgreSQL and
+// NATS. The gateway reaches the session over NATS request/reply; sends and events cross the bus.
+import assert from 'node:assert/strict';
+import { startCluster, type Cluster } from '../support/cluster.ts';
+import { ApiClient, eventually } from '../support/http.ts';
+import { createTestDatabase, NATS_URL, testNamespace } from '../support/services.ts';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
+import { mediaFixtures } from '../fixtures/media/index.ts';
+import { waitForSendStatus, waitForState } from './support.ts';
+
+describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
+  this.timeout(120_000);
+  let cluster: Cluster;
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+  let receiver: HttpsReceiver;
+  let admin: ApiClient;
+
+  before(async () => {
+    database = await createTestDatabase();
+    receiver = await startHttpsReceiver();
+    cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace: testNamespace(), env: { SANDBOX_RECEIPT_DELAY_MS: '5' } });
+    admin = new ApiClient(cluster.url, cluster.adminKey);
+  });
+  after(async () => {
+    await cluster?.stop();
+    await receiver?.close();
+    await database?.drop();
+  });
+
+  it('pairs through the session process, sends, receives and delivers webhooks', async () => {
+    const inst = (await admin.post('/api/instances', { name: 'Cluster instance' })).body;
+    await admin.put(`/api/instances/${inst.id}/webhook`, { url: receiver.url('/hook') });
+    assert.equal((await admin.post(`/api/instances/${inst.id}/connect`)).status, 200);
+    cluster.startSession(inst.id); // what the operator does in Kubernetes
+    const waiting = await waitForState(admin, inst.id, 'awaiting_scan', 30_000);
+    assert.match(waiting.qrImage, /^data:image\/png;base64,/);
+    assert.equal((await admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511900000030' })).status, 200);
+    await waitForState(admin, inst.id, 'connected');
+
+    const text = await admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: 'across processes' });
+    const image = await admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png' });
+    const failing = await admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511955550000', type: 'text', text: 'x' });
+    await waitForSendStatus(admin, inst.id, text.body.id, ['read'], 20_000);
+    await waitForSendStatus(admin, inst.id, image.body.id, ['read'], 20_000);
+    await waitForSendStatus(admin, inst.id, failing.body.id, ['failed'], 20_000);
+
+    const inbound = await admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'text', text: 'hello cluster' });
+    assert.equal(inbound.status, 200);
+    await eventually(async () => ((await admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).some((m) => m.messageId === inbound.body.messageId), 20_000, 'incoming');
+
+    const delivered = await receiver.waitForRequests(1, 20_000, (r) => JSON.parse(r.rawBody.toString()).data?.messageId === text.body.id && JSON.parse(r.rawBody.toString()).type === 'message.sent');
+    assert.equal(delivered[0].headers['x-service-signature'].startsWith('sha256='), true);
+
+    // Pairing codes and disconnects reach the session over NATS request/reply.
+    assert.equal((await admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000030' })).status, 409);
+    const stopped = await admin.post(`/api/instances/${inst.id}/disconnect`);
+    assert.equal(stopped.status, 200);
+    await waitForState(admin, inst.id, 'stopped', 20_000);
+    assert.equal((await admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: 'x' })).body.code, 'instance_paused');
+    await admin.post(`/api/instances/${inst.id}/connect`);
+    const back = await waitForState(admin, inst.id, 'connected', 30_000);
+    assert.equal(back.phone, '5511900000030', 'reconnects without a new scan');
+  });
+
+  it('turns in-flight items into uncertain and loses nothing when the session process is killed', async () => {
+    const inst = (await admin.post('/api/instances', { name: 'Killed session' })).body;
+    await admin.post(`/api/instances/${inst.id}/connect`);
+    const session = cluster.startSession(inst.id);
+    await waitForState(admin, inst.id, 'awaiting_scan', 30_000);
+    await admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511900000031' });
+    await waitForState(admin, inst.id, 'connected');
+    const ids: string[] = [];
+    for (let i = 0; i < 100; i++) ids.push((await admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: `burst ${i}` })).body.id);
+    await session.kill9(); // the supervisor starts it again, as Kubernetes would
+    const terminal = ['sent', 'delivered', 'read', 'failed', 'uncertain'];
+    for (const id of ids) await waitForSendStatus(admin, inst.id, id, terminal, 60_000);
+    const statuses = await Promise.all(ids.map(async (id) => (await admin.get(`/api/instances/${inst.id}/messages/${id}`)).body.status));
+    assert.ok(statuses.every((s) => s !== 'failed'), 'nothing failed');
+    assert.ok(session.restarts >= 1);
+  });
+});

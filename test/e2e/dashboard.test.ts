@@ -1,0 +1,280 @@
+// The operator dashboard end to end, in real headless Chromium against the embedded server in
+// sandbox mode: sign-in, projects, an instance from creation through QR pairing to a read
+// message, keys, the webhook editor with API validation messages, an exhausted delivery that is
+// retried, statistics, and the main pages at desktop and phone width (screenshots saved to
+// test-results/dashboard/).
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { freePort, startTestServer, type TestServer } from '../support/server.ts';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
+import { eventually } from '../support/http.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const SCREENSHOTS = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'test-results', 'dashboard');
+const UI_TIMEOUT_MS = 10_000;
+
+describe('dashboard end to end (headless Chromium)', function () {
+  this.timeout(90_000);
+  let server: TestServer;
+  let receiver: HttpsReceiver;
+  let browser: Browser;
+  const contexts: BrowserContext[] = [];
+  const pageProblems: string[] = [];
+
+  before(async function () {
+    if (!existsSync(CHROMIUM)) {
+      console.log(`    skipped: ${CHROMIUM} is missing (install it with: apt-get update && apt-get install -y chromium)`);
+      this.skip();
+    }
+    mkdirSync(SCREENSHOTS, { recursive: true });
+    receiver = await startHttpsReceiver(() => ({ status: 500 }));
+    // The page must be opened from PUBLIC_BASE_URL's origin, or the origin guard refuses its requests.
+    const port = await freePort();
+    server = await startTestServer({
+      storage: 'postgres', // a fresh real PostgreSQL database: much faster to set up than PGlite
+      env: {
+        PORT: String(port),
+        PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+        WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+        WEBHOOK_RETRY_SCHEDULE: '0,20,20,20,20,20,20,20',
+      },
+    });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+  });
+
+  after(async () => {
+    for (const context of contexts) await context.close().catch(() => {});
+    await browser?.close();
+    await server?.stop();
+    await receiver?.close();
+  });
+
+  async function openPage(width: number, height: number): Promise<Page> {
+    const context = await browser.newContext({ viewport: { width, height } });
+    contexts.push(context);
+    const page = await context.newPage();
+    page.setDefaultTimeout(UI_TIMEOUT_MS);
+    page.on('pageerror', (err) => pageProblems.push(`page error: ${err.message}`));
+    page.on('console', (msg) => {
+      // Failed API calls (the 4xx this test provokes) are logged by Chromium as resource errors.
+      if (msg.type() === 'error' && !msg.text().startsWith('Failed to load resource')) pageProblems.push(`console: ${msg.text()}`);
+    });
+    return page;
+  }
+
+  const navLink = (page: Page, name: string) => page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name });
+  const shot = (page: Page, name: string) => page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+
+  async function signIn(page: Page, key: string) {
+    await page.goto(`${server.url}/ui`);
+    await page.getByLabel('Administrative key').fill(key);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+  }
+
+  it('serves /ui through the gateway with its security headers', async () => {
+    const res = await fetch(`${server.url}/ui/`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-security-policy') ?? '', /script-src 'self'/);
+    assert.equal(res.headers.get('x-frame-options'), 'DENY');
+    assert.equal(res.headers.get('referrer-policy'), 'no-referrer');
+    const missing = await fetch(`${server.url}/ui/nope.js`);
+    assert.equal(missing.status, 404);
+    assert.equal(missing.headers.get('content-type'), 'application/problem+json');
+  });
+
+  it('runs an instance from creation to a read message and a retried webhook delivery', async () => {
+    const page = await openPage(1280, 900);
+
+    // Sign-in: a wrong key is explained next to the field; the right one is kept in session storage only.
+    await signIn(page, 'not-the-key');
+    await page.getByText('This key was not accepted').waitFor();
+    await shot(page, 'sign-in-1280');
+    await page.getByLabel('Administrative key').fill(server.adminKey);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Instances', level: 1 }).waitFor();
+    await page.getByText('No instances yet.').waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('switchboard.adminKey')), server.adminKey);
+    assert.equal(await page.evaluate(() => localStorage.length), 0);
+
+    // Projects: create one; an invalid name shows the API's field message.
+    await navLink(page, 'Projects').click();
+    await page.getByText('No projects yet.').waitFor();
+    await page.getByLabel('Name').fill('S');
+    await page.getByRole('button', { name: 'Create project' }).click();
+    await page.locator('.field-error').first().waitFor();
+    await page.getByLabel('Name').fill('Support team');
+    await page.getByLabel('Id (optional)').fill('support');
+    await page.getByRole('button', { name: 'Create project' }).click();
+    await page.locator('tr[data-project-id="support"]').waitFor();
+    await shot(page, 'projects-1280');
+
+    // Create an instance in the project; the dashboard opens it.
+    await navLink(page, 'Instances').click();
+    await page.getByLabel('Name').fill('Front desk');
+    await page.getByLabel('Project', { exact: true }).selectOption('support');
+    await page.getByRole('button', { name: 'Create instance' }).click();
+    await page.getByRole('heading', { name: 'Front desk', level: 1 }).waitFor();
+    const instanceId = decodeURIComponent(new URL(page.url()).hash.split('/')[2]);
+    assert.ok(instanceId);
+
+    // Connect: the QR code appears as an image; the sandbox scan connects the instance.
+    await page.getByRole('button', { name: 'Connect', exact: true }).click();
+    const qr = page.getByRole('img', { name: /QR code/ });
+    await qr.waitFor();
+    assert.match((await qr.getAttribute('src')) ?? '', /^data:image\/png;base64,/);
+    await shot(page, 'instance-qr-1280');
+    const scan = await server.admin.post(`/sandbox/instances/${instanceId}/scan`, { phone: '5511988887777' });
+    assert.equal(scan.status, 200, scan.text);
+    await page.locator('.instance-state [data-status="connected"]').waitFor();
+    await page.getByText('Connected as +5511988887777.').waitFor();
+    assert.equal(await qr.isVisible(), false);
+    await shot(page, 'instance-connected-1280');
+
+    // Access: credentials on demand, an integration key shown once and then revoked.
+    await page.getByRole('link', { name: 'Access' }).click();
+    await page.getByRole('button', { name: 'Reveal credentials' }).click();
+    const credentials = await server.admin.get(`/api/instances/${instanceId}/credentials`);
+    assert.equal(await page.getByLabel('Instance token').inputValue(), credentials.body.apiToken);
+    await page.getByLabel('Key name').fill('CRM');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    const shownKey = await page.getByLabel('Key “CRM”').inputValue();
+    assert.equal((await server.client(shownKey).get(`/api/instances/${instanceId}`)).status, 200);
+    await shot(page, 'instance-access-1280');
+    await page.getByRole('button', { name: 'Revoke CRM' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+    await page.getByText('No integration keys.').waitFor();
+    assert.equal((await server.client(shownKey).get(`/api/instances/${instanceId}`)).status, 401);
+
+    // Activity: a message sent from the dashboard reaches `read`.
+    await page.getByRole('link', { name: 'Activity' }).click();
+    await page.getByLabel('To', { exact: true }).fill('5511999990003');
+    await page.getByLabel('Text', { exact: true }).fill('Hello from the dashboard');
+    await page.getByRole('button', { name: 'Send text' }).click();
+    await page.locator('tr[data-message-id] [data-status="read"]').waitFor();
+    await page.getByText('This instance (API)').waitFor();
+
+    // Webhook: the API's validation message appears next to the field; then a valid save.
+    await page.getByRole('link', { name: 'Webhook' }).click();
+    await page.getByLabel('General URL').fill('http://example.com/hook');
+    await page.getByRole('button', { name: 'Save webhook' }).click();
+    const urlError = page.locator('.field:has(input[name="url"]) .field-error');
+    await urlError.waitFor();
+    assert.equal(await page.getByLabel('General URL').getAttribute('aria-invalid'), 'true');
+    await page.getByLabel('General URL').fill(receiver.url('/hook'));
+    await page.getByLabel('Group messages').check();
+    await page.getByRole('button', { name: 'Save webhook' }).click();
+    await page.getByText('Webhook saved.').waitFor();
+    assert.equal(await urlError.count(), 0);
+    const saved = await server.admin.get(`/api/instances/${instanceId}`);
+    assert.equal(saved.body.webhook.url, receiver.url('/hook'));
+    assert.equal(saved.body.settings.ignoreGroups, true);
+    await page.getByRole('button', { name: 'Reveal secret' }).click();
+    const secret = await server.admin.get(`/api/instances/${instanceId}/webhook/secret`);
+    assert.equal(await page.getByRole('textbox', { name: 'Signing secret' }).inputValue(), secret.body.secret);
+    await shot(page, 'instance-webhook-1280');
+
+    // A test event against a receiver answering 500 exhausts; Retry delivers it once the receiver recovers.
+    await page.getByRole('button', { name: 'Send test event' }).click();
+    await receiver.waitForRequests(8, 20_000, (r) => r.rawBody.toString().includes('"webhook.test"'));
+    await page.getByRole('link', { name: 'Activity' }).click();
+    const testRow = page.locator('tr[data-event-id]', { has: page.locator('code', { hasText: /^webhook\.test$/ }) });
+    await testRow.locator('[data-status="exhausted"]').waitFor();
+    await shot(page, 'instance-activity-1280');
+    receiver.respondWith(() => ({ status: 200 }));
+    await testRow.getByRole('button', { name: /Retry/ }).click();
+    await testRow.locator('[data-status="delivered"]').waitFor();
+
+    // Statistics: the sent message is counted.
+    await navLink(page, 'Statistics').click();
+    await page.locator('svg.chart rect.type-text').first().waitFor();
+    await shot(page, 'stats-1280');
+    await navLink(page, 'Instances').click();
+    await page.locator(`tr[data-instance-id="${instanceId}"] [data-status="connected"]`).waitFor();
+    await shot(page, 'instances-1280');
+
+    assert.ok(!page.url().includes(server.adminKey), 'the key must never be in the address');
+    assert.deepEqual(pageProblems, []);
+  });
+
+  it('pairs by phone code, manages projects and deletes at phone width, by keyboard, without sideways scrolling', async () => {
+    const created = await server.admin.post('/api/instances', { name: 'Shop phone' });
+    assert.equal(created.status, 201, created.text);
+    const instanceId: string = created.body.id;
+    const page = await openPage(390, 844);
+    await page.goto(`${server.url}/ui`);
+    await page.getByLabel('Administrative key').waitFor();
+    await shot(page, 'sign-in-390');
+    // Keyboard only: tab to the key field, type, press Enter.
+    await eventually(async () => {
+      await page.keyboard.press('Tab');
+      return page.evaluate(() => (document.activeElement as HTMLInputElement | null)?.name === 'adminKey');
+    }, 5_000, 'focus on the key field');
+    await page.keyboard.type(server.adminKey);
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'Instances', level: 1 }).waitFor();
+
+    // Phone pairing: request a code, complete it through the sandbox, watch the state turn connected.
+    await page.locator(`tr[data-instance-id="${instanceId}"]`).getByRole('link', { name: 'Shop phone' }).click();
+    await page.getByRole('textbox', { name: 'Phone number' }).fill('+55 11');
+    await page.getByRole('button', { name: 'Get pairing code' }).click();
+    await page.locator('.field:has(input[name="phone"]) .field-error').waitFor();
+    await page.getByRole('textbox', { name: 'Phone number' }).fill('5511977776666');
+    await page.getByRole('button', { name: 'Get pairing code' }).click();
+    const code = (await page.locator('.pairing-code').textContent())?.trim() ?? '';
+    assert.ok(code.length > 0);
+    await shot(page, 'instance-pairing-390');
+    const paired = await server.admin.post(`/sandbox/instances/${instanceId}/pair`, { code });
+    assert.equal(paired.status, 200, paired.text);
+    await page.locator('.instance-state [data-status="connected"]').waitFor();
+
+    const pages: [string, string, string][] = [
+      ['instances', '#/instances', 'tr[data-instance-id]'],
+      ['projects', '#/projects', 'tr[data-project-id]'],
+      ['stats', '#/stats', 'svg.chart'],
+    ];
+    for (const tab of ['', '/access', '/webhook', '/activity']) {
+      pages.push([`instance${tab.replace('/', '-') || '-overview'}`, `#/instances/${instanceId}${tab}`, 'main section.card']);
+    }
+    for (const [name, hash, ready] of pages) {
+      await page.goto(`${server.url}/ui${hash}`);
+      await page.locator(ready).first().waitFor();
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `${name} scrolls sideways by ${overflow}px at 390px`);
+      await shot(page, `${name}-390`);
+    }
+    // Filter by project, rename and delete the project (its instance stays), delete an instance.
+    await page.goto(`${server.url}/ui#/instances`);
+    await page.getByLabel('Filter by project').selectOption('support');
+    await page.locator('tr[data-instance-id]').first().waitFor();
+    assert.deepEqual(await page.locator('tr[data-instance-id] a').allTextContents(), ['Front desk']);
+    await navLink(page, 'Projects').click();
+    await page.getByRole('button', { name: 'Rename Support team' }).click();
+    await page.getByLabel('New name').fill('Customer care');
+    await page.getByRole('button', { name: 'Save', exact: true }).click();
+    await page.locator('tr[data-project-id="support"]', { hasText: 'Customer care' }).waitFor();
+    await page.getByRole('button', { name: 'Delete Customer care' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
+    await page.getByText('No projects yet.').waitFor();
+    const instances = (await server.admin.get('/api/instances')).body.data as { name: string; projectId: string | null }[];
+    assert.deepEqual(instances.map((i) => [i.name, i.projectId]).sort(), [['Front desk', null], ['Shop phone', null]]);
+    await page.goto(`${server.url}/ui#/instances/${instanceId}`);
+    await page.getByRole('button', { name: 'Delete instance' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
+    await page.getByRole('heading', { name: 'Instances', level: 1 }).waitFor();
+    assert.equal((await server.admin.get(`/api/instances/${instanceId}`)).status, 404);
+
+    // Focus is visible: the focused element gets an outline.
+    await page.goto(`${server.url}/ui#/projects`);
+    await page.getByRole('heading', { name: 'Projects', level: 1 }).waitFor();
+    await page.keyboard.press('Tab');
+    const outline = await page.evaluate(() => getComputedStyle(document.activeElement as Element).outlineStyle);
+    assert.notEqual(outline, 'none');
+    assert.deepEqual(pageProblems, []);
+  });
+});

@@ -1,0 +1,121 @@
+// Media end to end: every type round-trips through the sandbox byte for byte, downloads carry the
+// right headers, signed links expire and refuse tampering, and retention removes old files.
+import assert from 'node:assert/strict';
+import { startTestServer, type TestServer } from '../support/server.ts';
+import { eventually } from '../support/http.ts';
+import { mediaFixtures } from '../fixtures/media/index.ts';
+import { createConnectedInstance, waitForSendStatus } from './support.ts';
+
+describe('media end to end', function () {
+  this.timeout(60_000);
+  let t: TestServer;
+  let inst: { id: string; apiToken: string };
+
+  before(async () => {
+    t = await startTestServer({ env: { MEDIA_LINK_TTL_SECONDS: '2', SANDBOX_RECEIPT_DELAY_MS: '5' } });
+    inst = await createConnectedInstance(t.admin, '5511900000020');
+  });
+  after(async () => t?.stop());
+
+  /** The network echoes an API send as an own message; its media is what the network received. */
+  async function echoedMedia(messengerId: string) {
+    const echo = await eventually(async () => {
+      const list = (await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[];
+      return list.find((m) => m.messageId === messengerId);
+    }, 10_000, `echo of ${messengerId}`);
+    return echo.media;
+  }
+
+  it('round-trips every media type byte for byte', async () => {
+    const cases = [
+      { fixture: mediaFixtures.jpg, type: 'image' },
+      { fixture: mediaFixtures.mp4, type: 'video' },
+      { fixture: mediaFixtures.mp3, type: 'audio' },
+      { fixture: mediaFixtures.pdf, type: 'document', fileName: 'contract.pdf' },
+      { fixture: mediaFixtures.sticker, type: 'sticker' },
+    ];
+    for (const c of cases) {
+      const res = await t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, {
+        phone: '5511988887777',
+        type: c.type,
+        base64: c.fixture.base64(),
+        mimetype: c.fixture.mimetype,
+        ...(c.fileName ? { fileName: c.fileName } : {}),
+      });
+      assert.equal(res.status, 202, JSON.stringify(res.body));
+      await waitForSendStatus(t.admin, inst.id, res.body.id, ['read']);
+      const media = await echoedMedia(res.body.messengerId);
+      const file = await fetch(media.url);
+      assert.equal(file.status, 200);
+      assert.deepEqual(Buffer.from(await file.arrayBuffer()), c.fixture.bytes(), `${c.type} bytes`);
+      assert.equal(file.headers.get('content-type'), c.fixture.mimetype);
+      assert.equal(file.headers.get('content-length'), String(c.fixture.bytes().length));
+      if (c.fileName) assert.match(file.headers.get('content-disposition') ?? '', /filename="contract\.pdf"/);
+    }
+  });
+
+  it('converts ptt audio to an Ogg Opus voice note', async () => {
+    const res = await t.admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'audio', base64: mediaFixtures.wav.base64(), mimetype: 'audio/wav', ptt: true });
+    assert.equal(res.status, 202);
+    await waitForSendStatus(t.admin, inst.id, res.body.id, ['played']);
+    const media = await echoedMedia(res.body.messengerId);
+    assert.equal(media.voiceNote, true);
+    const bytes = Buffer.from(await (await fetch(media.url)).arrayBuffer());
+    assert.equal(bytes.subarray(0, 4).toString('latin1'), 'OggS');
+    assert.ok(bytes.includes(Buffer.from('OpusHead')), 'an Opus stream');
+  });
+
+  it('serves downloads to credentials of the instance, refuses others, and checks signed links', async () => {
+    const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'document', mediaBase64: mediaFixtures.pdf.base64(), mimetype: 'application/pdf', fileName: 'report Ü.pdf' });
+    const record = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === inbound.body.messageId));
+    const link = new URL(record.media.url);
+    const path = link.pathname;
+    const withToken = await t.client(inst.apiToken).request('GET', path);
+    assert.equal(withToken.status, 200);
+    const raw = await fetch(t.url + path, { headers: { authorization: `Bearer ${inst.apiToken}` } });
+    assert.match(raw.headers.get('content-disposition') ?? '', /filename\*=UTF-8''report%20%C3%9C\.pdf/);
+    assert.equal((await t.client().get(path)).status, 401, 'no credential, no link');
+    const other = (await t.admin.post('/api/instances', { name: 'Other' })).body;
+    assert.equal((await t.client(other.apiToken).get(path)).status, 403);
+
+    const signature = link.searchParams.get('signature')!;
+    const flipped = signature.slice(0, -1) + (signature.endsWith('0') ? '1' : '0');
+    const forged = new URL(link);
+    forged.searchParams.set('signature', flipped);
+    const forgedRes = await fetch(forged);
+    assert.equal(forgedRes.status, 401);
+    assert.match(forgedRes.headers.get('content-type') ?? '', /problem\+json/);
+    const extended = new URL(link);
+    extended.searchParams.set('expires', String(Number(link.searchParams.get('expires')) + 3600));
+    assert.equal((await fetch(extended)).status, 401, 'the expiry is signed');
+    assert.equal((await fetch(link)).status, 200);
+    await new Promise((r) => setTimeout(r, 3100));
+    assert.equal((await fetch(link)).status, 401, 'expired');
+    assert.equal((await t.client(inst.apiToken).get(`/api/instances/${inst.id}/media/med_absent`)).status, 404);
+  });
+
+  it('announces failed downloads and view-once media without archiving them', async () => {
+    const failed = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'image', mimetype: 'image/jpeg', mediaUnavailable: true });
+    const once = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'image', mediaBase64: mediaFixtures.jpg.base64(), mimetype: 'image/jpeg', viewOnce: true });
+    const list = await eventually(async () => {
+      const data = (await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[];
+      const a = data.find((m) => m.messageId === failed.body.messageId);
+      const b = data.find((m) => m.messageId === once.body.messageId);
+      return a && b && { a, b };
+    });
+    assert.equal(list.a.media.url, null);
+    assert.equal(list.a.media.downloadAvailable, false);
+    assert.equal(typeof list.a.media.error, 'string');
+    assert.equal(list.b.media.url, null, 'view-once media is not archived');
+    const events = (await t.admin.get(`/api/instances/${inst.id}/events`)).body.data as any[];
+    const ev = events.find((e) => e.type === 'message.received' && e.data.messageId === failed.body.messageId);
+    assert.equal(ev.data.media.url, null);
+    assert.equal(ev.data.media.downloadAvailable, false);
+  });
+
+  it('reports media in diagnostics', async () => {
+    const diag = await t.admin.get('/api/diagnostics');
+    assert.ok(diag.body.media.count > 0);
+    assert.ok(diag.body.media.bytes > 0);
+  });
+});

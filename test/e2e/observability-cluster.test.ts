@@ -1,0 +1,190 @@
+// Observability end to end in cluster mode: gateway, session and dispatcher run as separate
+// processes (node --import tsx …/main.ts) on PostgreSQL and NATS JetStream, exporting their spans
+// with OTLP/HTTP (JSON) to a collector in this test. One send must give one trace across the three
+// processes, parent links carried by NATS headers and the stored trace contexts.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { NATS_URL, createTestDatabase, testNamespace } from '../support/services.ts';
+import { freePort } from '../support/server.ts';
+import { ApiClient, eventually } from '../support/http.ts';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
+import { SpanSet, assertOneTrace, sendAndDeliver, type SpanRecord } from './observability-support.ts';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/** An OTLP/HTTP JSON trace receiver: keeps every span it is sent. */
+async function startCollector(): Promise<{ url: string; spans: SpanRecord[]; close(): Promise<void> }> {
+  const spans: SpanRecord[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      try {
+        spans.push(...fromOtlpJson(JSON.parse(Buffer.concat(chunks).toString('utf8'))));
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      } catch {
+        res.writeHead(400).end();
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`,
+    spans,
+    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+  };
+}
+
+type OtlpValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
+const valueOf = (v: OtlpValue) => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue));
+const attributesOf = (list: { key: string; value: OtlpValue }[] = []) => Object.fromEntries(list.map((a) => [a.key, valueOf(a.value)]));
+
+function fromOtlpJson(body: any): SpanRecord[] {
+  const out: SpanRecord[] = [];
+  for (const rs of body.resourceSpans ?? []) {
+    const service = String(attributesOf(rs.resource?.attributes)['service.name']);
+    for (const ss of rs.scopeSpans ?? []) {
+      for (const s of ss.spans ?? []) {
+        out.push({
+          traceId: s.traceId,
+          spanId: s.spanId,
+          parentSpanId: s.parentSpanId || undefined,
+          name: s.name,
+          kind: (s.kind ?? 1) - 1, // OTLP kinds start at 1 (INTERNAL); the API's at 0
+          service,
+          attributes: attributesOf(s.attributes),
+        });
+      }
+    }
+  }
+  return out;
+}
+
+function startProcess(name: string, entry: string, env: Record<string, string>, output: string[]): ChildProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const keep = (chunk: Buffer) => output.push(...chunk.toString('utf8').split('\n').filter(Boolean).map((l) => `[${name}] ${l}`));
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  return child;
+}
+
+async function stopProcess(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+describe('observability (cluster mode: three processes, NATS headers)', function () {
+  this.timeout(90_000);
+  const namespace = testNamespace();
+  const output: string[] = [];
+  const children: ChildProcess[] = [];
+  let collector: Awaited<ReturnType<typeof startCollector>>;
+  let receiver: HttpsReceiver;
+  let database: { url: string; drop(): Promise<void> };
+  let dataDir: string;
+  let env: Record<string, string>;
+  let gatewayUrl: string;
+  let admin: ApiClient;
+  let dispatcherHealthPort: number;
+
+  before(async () => {
+    collector = await startCollector();
+    receiver = await startHttpsReceiver();
+    database = await createTestDatabase();
+    dataDir = mkdtempSync(join(tmpdir(), 'sb-obs-cluster-'));
+    const port = await freePort();
+    gatewayUrl = `http://127.0.0.1:${port}`;
+    env = {
+      DATABASE_URL: database.url,
+      NATS_URL,
+      NATS_NAMESPACE: namespace,
+      ADMIN_API_KEY: `sba_${randomBytes(24).toString('base64url')}`,
+      ENCRYPTION_KEY: randomBytes(32).toString('base64'),
+      NETWORK_DRIVER: 'sandbox',
+      SANDBOX_RECEIPT_DELAY_MS: '10',
+      WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+      PUBLIC_BASE_URL: gatewayUrl,
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'warn',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: collector.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_BSP_SCHEDULE_DELAY: '100',
+      DISPATCHER_POLL_INTERVAL_MS: '100',
+    };
+    children.push(startProcess('gateway', 'services/gateway/src/main.ts', { ...env, PORT: String(port), HOST: '127.0.0.1' }, output));
+    await eventually(async () => (await fetch(`${gatewayUrl}/health`)).ok, 30_000, 'gateway up');
+    dispatcherHealthPort = await freePort();
+    children.push(startProcess('dispatcher', 'services/dispatcher/src/main.ts', { ...env, HEALTH_PORT: String(dispatcherHealthPort) }, output));
+    admin = new ApiClient(gatewayUrl, env.ADMIN_API_KEY);
+  });
+
+  after(async () => {
+    await Promise.all(children.map(stopProcess));
+    await receiver?.close();
+    await collector?.close();
+    await database?.drop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    const nc = await connect({ servers: NATS_URL });
+    const jsm = await jetstreamManager(nc);
+    for await (const name of jsm.streams.names()) if (name.startsWith(`${namespace.toUpperCase()}_`)) await jsm.streams.delete(name);
+    await nc.close();
+  });
+
+  afterEach(function () {
+    if (this.currentTest?.state === 'failed') console.log(output.slice(-60).join('\n'));
+  });
+
+  it('links the send request to its webhook deliveries across gateway, session and dispatcher', async () => {
+    // The session process serves one existing instance: create it, then start its process.
+    const created = await admin.post('/api/instances', { name: 'cluster-trace' });
+    assert.equal(created.status, 201, created.text);
+    children.push(startProcess('session', 'services/session/src/main.ts', { ...env, INSTANCE_ID: created.body.id }, output));
+    await eventually(async () => (await admin.post(`/api/instances/${created.body.id}/connect`)).status === 200, 30_000, 'session process answering');
+    await eventually(async () => (await admin.get(`/api/instances/${created.body.id}`)).body.state === 'awaiting_scan', 15_000, 'awaiting_scan');
+    assert.equal((await admin.post(`/sandbox/instances/${created.body.id}/scan`, { phone: '5511988887777' })).status, 200);
+    await eventually(async () => (await admin.get(`/api/instances/${created.body.id}`)).body.state === 'connected', 15_000, 'connected');
+    const hook = await admin.put(`/api/instances/${created.body.id}/webhook`, { url: receiver.url('/hook') });
+    assert.equal(hook.status, 200, hook.text);
+
+    const { messageId, deliveries } = await sendAndDeliver(gatewayUrl, receiver, { instanceId: created.body.id, apiToken: created.body.apiToken });
+    const attemptIds = deliveries.map((d) => d.headers.traceparent?.split('-')[2]);
+    await eventually(async () => attemptIds.every((id) => collector.spans.some((s) => s.spanId === id)) && collector.spans.some((s) => s.name === 'session receipt'), 15_000, 'spans exported');
+    // Let the batches still in flight arrive (a parent may be exported after its children).
+    await new Promise((r) => setTimeout(r, 500));
+    const spans = new SpanSet(collector.spans);
+    assertOneTrace(spans, deliveries, messageId, 'POST /api/instances/:id/messages');
+
+    const trace = spans.inTrace(spans.one('accept send', (s) => s.attributes['switchboard.message.id'] === messageId).traceId);
+    const servicesOf = (name: string) => new Set(trace.named(name).map((s) => s.service));
+    assert.deepEqual([...servicesOf('accept send')], ['switchboard-gateway']);
+    assert.deepEqual([...servicesOf('session send')], ['switchboard-session']);
+    assert.deepEqual([...servicesOf('network send')], ['switchboard-session']);
+    assert.deepEqual([...servicesOf('webhook attempt')], ['switchboard-dispatcher']);
+    assert.ok(servicesOf('consume evt.message.sent').has('switchboard-dispatcher'));
+    // The session's resource names its instance.
+    const sessionSpan = trace.one('session send');
+    assert.equal(sessionSpan.attributes['switchboard.instance_id'], created.body.id);
+  });
+
+  it('serves /metrics from the gateway and the dispatcher health port', async () => {
+    const text = await (await fetch(`${gatewayUrl}/metrics`)).text();
+    assert.match(text, /switchboard_http_requests_total\{method="POST",route="\/api\/instances\/:id\/messages",status="202"\} 1/);
+    assert.match(text, /switchboard_sessions\{state="connected"\} 1/);
+    // Webhook attempts happen in the dispatcher process: its own registry, on its health port.
+    const dispatcher = await (await fetch(`http://127.0.0.1:${dispatcherHealthPort}/metrics`)).text();
+    assert.match(dispatcher, /switchboard_webhook_attempts_total\{outcome="delivered"\} [1-9]/);
+    assert.match(dispatcher, /switchboard_bus_consumer_lag\{stream="events"\} 0/);
+  });
+});

@@ -1,0 +1,193 @@
+// Observability end to end, embedded mode (one process: gateway, session runtime, dispatcher):
+// - one trace from the send request to its message.sent / message.status webhook attempts;
+// - /metrics counters move as sends and deliveries happen;
+// - no secret used in the scenario appears in any log line.
+// Spans go to an in-memory exporter; logs to a buffer at debug level.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { createLogger, loadConfig, startTelemetry, type Telemetry } from '@switchboard/core';
+import { startEmbeddedServer, type EmbeddedServer } from '@switchboard/server/embedded';
+import { createTestDatabase } from '../support/services.ts';
+import { freePort } from '../support/server.ts';
+import { ApiClient, eventually } from '../support/http.ts';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
+import { SpanSet, assertOneTrace, connectedInstance, sendAndDeliver, type SpanRecord } from './observability-support.ts';
+import { sample } from '../support/prometheus.ts';
+
+function toRecord(span: ReadableSpan): SpanRecord {
+  return {
+    traceId: span.spanContext().traceId,
+    spanId: span.spanContext().spanId,
+    parentSpanId: span.parentSpanContext?.spanId,
+    name: span.name,
+    kind: span.kind,
+    service: String(span.resource.attributes['service.name']),
+    attributes: span.attributes,
+  };
+}
+
+describe('observability (embedded)', function () {
+  this.timeout(60_000);
+  const exporter = new InMemorySpanExporter();
+  const logStream = new PassThrough();
+  const logLines: string[] = [];
+  let telemetry: Telemetry;
+  let receiver: HttpsReceiver;
+  let server: EmbeddedServer;
+  let database: { url: string; drop(): Promise<void> };
+  let dataDir: string;
+  let admin: ApiClient;
+
+  before(async () => {
+    let partial = '';
+    logStream.on('data', (chunk: Buffer) => {
+      const lines = (partial + chunk.toString('utf8')).split('\n');
+      partial = lines.pop() ?? '';
+      logLines.push(...lines.filter(Boolean));
+    });
+    telemetry = await startTelemetry({ serviceName: 'switchboard', spanExporter: exporter, autoInstrument: true });
+    receiver = await startHttpsReceiver();
+    database = await createTestDatabase();
+    dataDir = mkdtempSync(join(tmpdir(), 'sb-observability-'));
+    const config = loadConfig({
+      PORT: String(await freePort()),
+      HOST: '127.0.0.1',
+      DATA_DIR: dataDir,
+      DATABASE_URL: database.url,
+      NETWORK_DRIVER: 'sandbox',
+      SANDBOX_RECEIPT_DELAY_MS: '10',
+      WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+      WEBHOOK_RETRY_SCHEDULE: '0,50,50,50,50,50,50,50',
+      RATE_LIMIT_PER_MINUTE: '100000',
+    });
+    server = await startEmbeddedServer(config, { log: createLogger({ level: 'debug', name: 'switchboard', destination: logStream }) });
+    admin = new ApiClient(server.url, server.adminKey);
+  });
+
+  after(async () => {
+    await server?.stop();
+    await receiver?.close();
+    await telemetry?.shutdown();
+    await database?.drop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('links the send request to its webhook deliveries in one trace', async () => {
+    const instance = await connectedInstance(admin, receiver, 'trace-embedded');
+    const { messageId, deliveries } = await sendAndDeliver(server.url, receiver, instance);
+    const spans = () => new SpanSet(exporter.getFinishedSpans().map(toRecord));
+    // An attempt span ends just after the receiver answered.
+    const attemptIds = deliveries.map((d) => d.headers.traceparent?.split('-')[2]);
+    await eventually(async () => attemptIds.every((id) => spans().spans.some((s) => s.spanId === id)), 5000, 'webhook attempt spans');
+    assertOneTrace(spans(), deliveries, messageId, 'POST /api/instances/:id/messages');
+    // Auto-instrumentation: PostgreSQL queries and undici requests (the webhook POSTs) are spans too.
+    const all = spans().spans;
+    assert.ok(all.some((s) => s.attributes['db.system'] === 'postgresql' || s.attributes['db.system.name'] === 'postgresql'), 'pg spans');
+  });
+
+  it('moves the /metrics counters as sends and deliveries happen', async () => {
+    const instance = await connectedInstance(admin, receiver, 'metrics-embedded');
+    const scrape = async () => {
+      const res = await fetch(`${server.url}/metrics`);
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get('content-type') ?? '', /^text\/plain/);
+      return res.text();
+    };
+    const route = { method: 'POST', route: '/api/instances/:id/messages', status: '202' };
+    const before = await scrape();
+    await sendAndDeliver(server.url, receiver, instance);
+    await sendAndDeliver(server.url, receiver, instance);
+    // The delivery counters are recorded just after the receiver answered.
+    const after = await eventually(async () => {
+      const text = await scrape();
+      return (sample(text, 'switchboard_webhook_attempts_total', { outcome: 'delivered' }) ?? 0) >= (sample(before, 'switchboard_webhook_attempts_total', { outcome: 'delivered' }) ?? 0) + 4 && text;
+    }, 5000, 'delivered attempts counted');
+    assert.equal((sample(after, 'switchboard_http_requests_total', route) ?? 0) - (sample(before, 'switchboard_http_requests_total', route) ?? 0), 2);
+    assert.ok((sample(after, 'switchboard_http_request_duration_seconds_count', route) ?? 0) >= 2);
+    // Gauges read from the database may be up to a second old.
+    const fresh = await eventually(async () => {
+      const text = await scrape();
+      const delivered = sample(text, 'switchboard_webhook_deliveries', { status: 'delivered' }) ?? 0;
+      const read = sample(text, 'switchboard_send_items', { status: 'read', instance_state: 'connected' }) ?? 0;
+      return delivered >= 4 && read >= 2 && text;
+    }, 5000, 'deliveries and send-item gauges');
+    assert.equal(sample(fresh, 'switchboard_send_queue_depth', { instance_state: 'connected' }), 0);
+    assert.ok((sample(fresh, 'switchboard_sessions', { state: 'connected' }) ?? 0) >= 1);
+    assert.equal(sample(fresh, 'switchboard_bus_consumer_lag', { stream: 'commands' }), 0);
+    assert.ok(sample(after, 'switchboard_webhook_attempt_duration_seconds_count', { outcome: 'delivered' })! >= 4);
+    // No per-message label anywhere.
+    assert.ok(!after.includes('msg_'), 'no message id in any label');
+  });
+
+  it('counts failed attempts and exhausted deliveries', async () => {
+    const instance = await connectedInstance(admin, receiver, 'exhaust-embedded');
+    const before = await (await fetch(`${server.url}/metrics`)).text();
+    receiver.respondWith(() => ({ status: 500 }));
+    try {
+      const test = await admin.post(`/api/instances/${instance.instanceId}/webhook/test`);
+      assert.equal(test.status, 200, test.text);
+      const after = await eventually(async () => {
+        const text = await (await fetch(`${server.url}/metrics`)).text();
+        const exhausted = (sample(text, 'switchboard_webhook_exhausted_total') ?? 0) > (sample(before, 'switchboard_webhook_exhausted_total') ?? 0);
+        return exhausted && (sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }) ?? 0) >= 1 && text;
+      }, 15_000, 'an exhausted delivery');
+      assert.ok((sample(after, 'switchboard_webhook_attempts_total', { outcome: 'failed' }) ?? 0) - (sample(before, 'switchboard_webhook_attempts_total', { outcome: 'failed' }) ?? 0) >= 8);
+    } finally {
+      receiver.respondWith(() => ({ status: 200 }));
+    }
+  });
+
+  it('never writes a secret used in the scenario to the logs', async () => {
+    const instance = await connectedInstance(admin, receiver, 'secrets-embedded');
+    const app = await admin.post(`/api/instances/${instance.instanceId}/apps`, { name: 'backend' });
+    assert.equal(app.status, 201, app.text);
+    const appKey: string = app.body.key;
+    const viaKey = new ApiClient(server.url, appKey);
+    assert.equal((await viaKey.get(`/api/instances/${instance.instanceId}/messages`)).status, 200);
+    const { deliveries } = await sendAndDeliver(server.url, receiver, instance);
+    // A pairing code, on an instance waiting for pairing.
+    const pairing = await admin.post('/api/instances', { name: 'pairing' });
+    await admin.post(`/api/instances/${pairing.body.id}/connect`);
+    await eventually(async () => (await admin.get(`/api/instances/${pairing.body.id}`)).body.state === 'awaiting_scan', 15_000, 'awaiting_scan');
+    const code = await admin.post(`/api/instances/${pairing.body.id}/pairing-code`, { phone: '5511977776666' });
+    assert.equal(code.status, 200, code.text);
+    // An inbound image: its event carries a signed media link.
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
+    const inbound = await admin.post(`/sandbox/instances/${instance.instanceId}/inbound`, { from: '5511955554444', type: 'image', mediaBase64: png.toString('base64'), mimetype: 'image/png' });
+    assert.equal(inbound.status, 200, inbound.text);
+    const mediaUrl = await eventually(async () => {
+      const events = await admin.get(`/api/instances/${instance.instanceId}/events`);
+      return events.body.data?.find((e: any) => e.type === 'message.received' && e.data?.media?.url)?.data.media.url as string | undefined;
+    }, 15_000, 'inbound media event');
+    const signature = new URL(mediaUrl).searchParams.get('signature')!;
+    assert.equal((await fetch(mediaUrl)).status, 200);
+    // Requests that fail also log; a wrong token must not be echoed either.
+    const wrongToken = `${instance.apiToken.slice(0, -4)}zzzz`;
+    assert.equal((await new ApiClient(server.url, wrongToken).get(`/api/instances/${instance.instanceId}/messages`)).status, 401);
+    await new Promise((r) => setTimeout(r, 100)); // let the last lines flush
+
+    const secrets: Record<string, string> = {
+      'admin key': server.adminKey,
+      'instance token': instance.apiToken,
+      'wrong token': wrongToken,
+      'integration key': appKey,
+      'webhook secret': instance.webhookSecret,
+      'pairing code': code.body.code,
+      'media link signature': signature,
+      'webhook signature': deliveries[0].headers['x-service-signature'].replace(/^sha256=/, ''),
+    };
+    assert.ok(logLines.length > 20, `expected a real log (got ${logLines.length} lines)`);
+    for (const line of logLines) JSON.parse(line); // every line is JSON
+    assert.ok(logLines.some((l) => /"requestId":"[^"]+"/.test(l)), 'request ids are logged');
+    assert.ok(logLines.some((l) => /"trace_id":"[0-9a-f]{32}","span_id":"[0-9a-f]{16}"/.test(l)), 'lines inside spans carry trace_id/span_id');
+    for (const [what, secret] of Object.entries(secrets)) {
+      assert.ok(secret && secret.length >= 6, `${what} is known`);
+      const leaking = logLines.filter((l) => l.includes(secret));
+      assert.deepEqual(leaking, [], `${what} appears in the logs`);
+    }
+  });
+});

@@ -1,0 +1,322 @@
+// The send pipeline end to end over HTTP, on the sandbox network: embedded (PGlite + in-process
+// bus) and the same process on PostgreSQL + NATS.
+import assert from 'node:assert/strict';
+import { startTestServer, type TestServer } from '../support/server.ts';
+import { eventually } from '../support/http.ts';
+import { NATS_URL, testNamespace } from '../support/services.ts';
+import { mediaFixtures } from '../fixtures/media/index.ts';
+import { createConnectedInstance, eventsOf, waitForEvent, waitForSendStatus, waitForState } from './support.ts';
+
+const modes = [
+  { name: 'embedded (PGlite, in-process bus)', opts: {} },
+  { name: 'PostgreSQL + NATS', opts: { storage: 'postgres' as const, env: { NATS_URL, NATS_NAMESPACE: testNamespace() } } },
+];
+
+for (const mode of modes) {
+  describe(`send pipeline — ${mode.name}`, function () {
+    this.timeout(60_000);
+    let t: TestServer;
+    let inst: { id: string; apiToken: string };
+
+    before(async () => {
+      t = await startTestServer({ ...mode.opts, env: { ...(mode.opts.env ?? {}), SANDBOX_RECEIPT_DELAY_MS: '5' } });
+      inst = await createConnectedInstance(t.admin);
+    });
+    after(async () => t?.stop());
+
+    const send = (body: Record<string, unknown>, headers: Record<string, string> = {}, id = inst.id) =>
+      t.client(inst.apiToken).post(`/api/instances/${id}/messages`, body, headers);
+
+    it('emits connection.update events while pairing', async () => {
+      const states = (await eventsOf(t.admin, inst.id, 'connection.update')).map((e) => e.data.state).reverse();
+      assert.deepEqual(states.slice(-2), ['awaiting_scan', 'connected']);
+      const connected = (await eventsOf(t.admin, inst.id, 'connection.update')).find((e) => e.data.state === 'connected');
+      assert.equal(connected.data.previousState, 'awaiting_scan');
+      assert.equal(connected.data.phone, '5511900000001');
+    });
+
+    it('accepts a text send with 202 and takes it to read with status events', async () => {
+      const res = await send({ phone: '5511988887777', type: 'text', text: 'Hello from the tests' });
+      assert.equal(res.status, 202);
+      assert.deepEqual(Object.keys(res.body).sort(), ['id', 'messengerId', 'reused', 'status']);
+      assert.equal(res.body.status, 'queued');
+      assert.equal(res.body.reused, false);
+      assert.match(res.body.messengerId, /^3EB0[0-9A-F]+$/);
+      const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['read']);
+      assert.equal(item.messengerId, res.body.messengerId);
+      const statuses = (await eventsOf(t.admin, inst.id, 'message.status')).filter((e) => e.data.messageId === res.body.id).map((e) => e.data.status).reverse();
+      assert.deepEqual(statuses, ['sent', 'delivered', 'read']);
+      for (const e of await eventsOf(t.admin, inst.id, 'message.status')) {
+        if (e.data.messageId === res.body.id) assert.equal(e.data.messengerId, res.body.messengerId);
+      }
+      const sent = await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.sent' && e.data.messageId === res.body.id, 'message.sent');
+      assert.deepEqual(sent.data, { messageId: res.body.id, messengerId: res.body.messengerId, phone: '5511988887777', type: 'text' });
+      // The network echoes API sends as own messages.
+      const echo = await eventually(async () => (await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data.find((m: any) => m.messageId === res.body.messengerId), 5000, 'echo');
+      assert.equal(echo.fromMe, true);
+      assert.equal(echo.fromApi, true);
+    });
+
+    it('sends every media type and a voice note', async () => {
+      const cases = [
+        { type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', caption: 'A picture' },
+        { type: 'video', base64: mediaFixtures.mp4.base64(), mimetype: 'video/mp4' },
+        { type: 'audio', base64: mediaFixtures.mp3.base64(), mimetype: 'audio/mpeg' },
+        { type: 'document', base64: mediaFixtures.pdf.base64(), mimetype: 'application/pdf', fileName: 'invoice.pdf' },
+        { type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp' },
+      ];
+      for (const c of cases) {
+        const res = await send({ phone: '5511988887777', ...c });
+        assert.equal(res.status, 202, `${c.type}: ${JSON.stringify(res.body)}`);
+        await waitForSendStatus(t.admin, inst.id, res.body.id, ['read']);
+      }
+      const voice = await send({ phone: '5511988887777', type: 'audio', base64: mediaFixtures.wav.base64(), mimetype: 'audio/wav', ptt: true });
+      assert.equal(voice.status, 202);
+      await waitForSendStatus(t.admin, inst.id, voice.body.id, ['played']);
+    });
+
+    it('gives each magic number its outcome', async () => {
+      const failed = await send({ phone: '5511955550000', type: 'text', text: 'x' });
+      const uncertain = await send({ phone: '5511955550001', type: 'text', text: 'x' });
+      const neverRead = await send({ phone: '5511955550002', type: 'text', text: 'x' });
+      const notOnNetwork = await send({ phone: '5511955550004', type: 'text', text: 'x' });
+      assert.equal((await waitForSendStatus(t.admin, inst.id, failed.body.id, ['failed'])).status, 'failed');
+      assert.equal((await waitForSendStatus(t.admin, inst.id, uncertain.body.id, ['uncertain'])).status, 'uncertain');
+      const nn = await waitForSendStatus(t.admin, inst.id, notOnNetwork.body.id, ['failed']);
+      assert.equal(nn.error.code, 'not_on_network');
+      await waitForSendStatus(t.admin, inst.id, neverRead.body.id, ['delivered']);
+      await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.failed' && e.data.messageId === failed.body.id, 'message.failed');
+      const u = await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.uncertain' && e.data.messageId === uncertain.body.id, 'message.uncertain');
+      assert.equal(typeof u.data.reason, 'string');
+      await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.failed' && e.data.messageId === notOnNetwork.body.id && e.data.error.code === 'not_on_network', 'not_on_network');
+      // The session reconnects after the mid-send drop, and later sends still flow.
+      await waitForState(t.admin, inst.id, 'connected');
+      const after = await send({ phone: '5511988887777', type: 'text', text: 'after the drop' });
+      await waitForSendStatus(t.admin, inst.id, after.body.id, ['read']);
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal((await t.admin.get(`/api/instances/${inst.id}/messages/${neverRead.body.id}`)).body.status, 'delivered', 'never read');
+    });
+
+    it('applies a settings change to the very next send (protectAnnouncementGroups)', async () => {
+      await t.admin.put(`/api/instances/${inst.id}/settings`, { protectAnnouncementGroups: true });
+      const res = await send({ phone: '1203630003@g.us', type: 'text', text: 'to an announcement group' });
+      const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['failed', 'sent', 'delivered', 'read']);
+      assert.equal(item.status, 'failed');
+      assert.equal(item.error.code, 'announcement_group');
+      await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.failed' && e.data.messageId === res.body.id && e.data.error.code === 'announcement_group', 'announcement_group');
+      await t.admin.put(`/api/instances/${inst.id}/settings`, { protectAnnouncementGroups: false });
+    });
+
+    it('reuses an operation by Idempotency-Key and refuses the key with other content', async () => {
+      const key = `order-${Date.now()}`;
+      const first = await send({ phone: '5511988887777', type: 'text', text: 'Once' }, { 'Idempotency-Key': key });
+      const again = await send({ text: 'Once', type: 'text', phone: '5511988887777' }, { 'Idempotency-Key': key });
+      assert.equal(again.status, 202);
+      assert.equal(again.body.id, first.body.id);
+      assert.equal(again.body.messengerId, first.body.messengerId);
+      assert.equal(again.body.reused, true);
+      const conflict = await send({ phone: '5511988887777', type: 'text', text: 'Other' }, { 'Idempotency-Key': key });
+      assert.equal(conflict.status, 409);
+      assert.equal(conflict.body.code, 'idempotency_conflict');
+      const parallelKey = `parallel-${Date.now()}`;
+      const results = await Promise.all(Array.from({ length: 8 }, () => send({ phone: '5511988887777', type: 'text', text: 'Parallel' }, { 'Idempotency-Key': parallelKey })));
+      assert.ok(results.every((r) => r.status === 202), JSON.stringify(results.map((r) => [r.status, r.body])));
+      assert.equal(new Set(results.map((r) => r.body.id)).size, 1, 'one item for one key');
+      const list = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data;
+      assert.equal(list.filter((m: any) => m.id === results[0].body.id).length, 1);
+      assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(129) })).status, 400);
+      assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(128) })).status, 202);
+    });
+
+    it('validates every field and queues nothing on error', async () => {
+      const before = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length;
+      const bad: Array<[Record<string, unknown>, number]> = [
+        [{ type: 'text', text: 'no phone' }, 400],
+        [{ phone: '+5511988887777', type: 'text', text: 'x' }, 400],
+        [{ phone: '1234567', type: 'text', text: 'x' }, 400],
+        [{ phone: '5511988887777', type: 'poll', text: 'x' }, 400],
+        [{ phone: '5511988887777', type: 'text' }, 400],
+        [{ phone: '5511988887777', type: 'text', text: 'x'.repeat(16001) }, 400],
+        [{ phone: '5511988887777', type: 'image', mimetype: 'image/png' }, 400],
+        [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64() }, 400],
+        [{ phone: '5511988887777', type: 'image', base64: `data:image/png;base64,${mediaFixtures.png.base64()}`, mimetype: 'image/png' }, 400],
+        [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'application/pdf' }, 400],
+        [{ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.png.base64(), mimetype: 'image/png' }, 400],
+        [{ phone: '5511988887777', type: 'audio', base64: mediaFixtures.mp3.base64(), mimetype: 'audio/mpeg', caption: 'no' }, 400],
+        [{ phone: '5511988887777', type: 'audio', base64: Buffer.from('definitely not audio').toString('base64'), mimetype: 'audio/mpeg', ptt: true }, 422],
+        [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', ptt: true }, 422],
+      ];
+      for (const [body, status] of bad) {
+        const res = await send(body);
+        assert.equal(res.status, status, `${JSON.stringify(body).slice(0, 120)} → ${res.status} ${JSON.stringify(res.body)}`);
+        assert.match(res.headers.get('content-type') ?? '', /problem\+json/);
+      }
+      assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x'.repeat(16000) })).status, 202);
+      for (const phone of ['123456789-group', '120363025246125888@g.us', '120363025246125888-1612345678@g.us', '99887766554433@lid']) {
+        assert.equal((await send({ phone, type: 'text', text: 'forms' })).status, 202, phone);
+      }
+      const afterCount = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length;
+      assert.equal(afterCount, Math.min(50, before + 5));
+    });
+
+    it('refuses media over 32 MiB with 413 and accepts exactly 32 MiB', async function () {
+      this.timeout(120_000);
+      const exact = Buffer.alloc(32 * 1024 * 1024, 7);
+      const ok = await send({ phone: '5511988887777', type: 'document', base64: exact.toString('base64'), mimetype: 'application/octet-stream', fileName: 'big.bin' });
+      assert.equal(ok.status, 202, JSON.stringify(ok.body));
+      const over = Buffer.alloc(32 * 1024 * 1024 + 1, 7);
+      const tooBig = await send({ phone: '5511988887777', type: 'document', base64: over.toString('base64'), mimetype: 'application/octet-stream' });
+      assert.equal(tooBig.status, 413);
+      assert.match(tooBig.headers.get('content-type') ?? '', /problem\+json/);
+    });
+
+    it('records inbound text, group, LID, media and own messages', async () => {
+      const sandbox = (op: string, body: unknown) => t.admin.post(`/sandbox/instances/${inst.id}/${op}`, body);
+      const text = await sandbox('inbound', { from: '5511977776666', type: 'text', text: 'Hi there', name: 'Ana' });
+      assert.equal(text.status, 200);
+      const group = await sandbox('inbound', { from: '5511977776666', type: 'text', text: 'In the group', group: '120363025246125888@g.us' });
+      const lid = await sandbox('inbound', { from: '5511977775555', type: 'text', text: 'Via LID', lid: '187654321987654@lid' });
+      const image = await sandbox('inbound', { from: '5511977776666', type: 'image', mediaBase64: mediaFixtures.jpg.base64(), mimetype: 'image/jpeg', caption: 'Look' });
+      const own = await sandbox('inbound', { from: '5511977776666', type: 'text', text: 'Typed on the phone', fromMe: true });
+      const incoming = await eventually(async () => {
+        const list = (await t.client(inst.apiToken).get(`/api/instances/${inst.id}/incoming`)).body.data as any[];
+        return list.length >= 5 && list;
+      });
+      const by = (id: string) => incoming.find((m) => m.messageId === id);
+      assert.deepEqual(
+        { from: by(text.body.messageId).from, phone: by(text.body.messageId).phone, name: by(text.body.messageId).name, text: by(text.body.messageId).text, fromMe: by(text.body.messageId).fromMe, fromApi: by(text.body.messageId).fromApi },
+        { from: '5511977776666@s.whatsapp.net', phone: '5511977776666', name: 'Ana', text: 'Hi there', fromMe: false, fromApi: false },
+      );
+      assert.equal(by(group.body.messageId).from, '120363025246125888@g.us');
+      assert.equal(by(group.body.messageId).participant, '5511977776666@s.whatsapp.net');
+      assert.equal(by(lid.body.messageId).chatLid, '187654321987654@lid');
+      const img = by(image.body.messageId);
+      assert.equal(img.type, 'image');
+      assert.equal(img.text, 'Look');
+      assert.equal(img.media.mimetype, 'image/jpeg');
+      assert.equal(img.media.downloadAvailable, true);
+      const file = await fetch(img.media.url);
+      assert.equal(file.status, 200, 'signed link works without a credential');
+      assert.deepEqual(Buffer.from(await file.arrayBuffer()), mediaFixtures.jpg.bytes());
+      assert.equal(by(own.body.messageId).fromMe, true);
+      assert.equal(by(own.body.messageId).fromApi, false);
+      const received = await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.received' && e.data.messageId === text.body.messageId, 'message.received');
+      for (const field of ['messageId', 'from', 'phone', 'chatLid', 'participant', 'fromMe', 'fromApi', 'name', 'type', 'text']) assert.ok(field in received.data, field);
+    });
+
+    it('cancels queued sends only', async () => {
+      const paused = await createConnectedInstance(t.admin, '5511900000002');
+      // Not connected: a dropped, logged-out session keeps sends queued.
+      await t.admin.post(`/sandbox/instances/${paused.id}/drop`, { reason: 'logged_out' });
+      await waitForState(t.admin, paused.id, 'logged_out');
+      const res = await t.client(paused.apiToken).post(`/api/instances/${paused.id}/messages`, { phone: '5511988887777', type: 'text', text: 'wait' });
+      assert.equal(res.status, 202);
+      const cancelled = await t.client(paused.apiToken).delete(`/api/instances/${paused.id}/messages/${res.body.id}`);
+      assert.equal(cancelled.status, 200);
+      assert.equal(cancelled.body.status, 'cancelled');
+      const twice = await t.client(paused.apiToken).delete(`/api/instances/${paused.id}/messages/${res.body.id}`);
+      assert.equal(twice.status, 409);
+      assert.equal(twice.body.code, 'not_cancellable');
+      assert.equal((await t.admin.delete(`/api/instances/${paused.id}/messages/msg_absent`)).status, 404);
+    });
+
+    it('refuses sends to a paused instance and, with disableOfflineQueue, to an offline one', async () => {
+      const other = await createConnectedInstance(t.admin, '5511900000003');
+      await t.admin.put(`/api/instances/${other.id}/settings`, { disableOfflineQueue: true });
+      await t.admin.post(`/sandbox/instances/${other.id}/drop`, { reason: 'logged_out' });
+      await waitForState(t.admin, other.id, 'logged_out');
+      const offline = await t.admin.post(`/api/instances/${other.id}/messages`, { phone: '5511988887777', type: 'text', text: 'x' });
+      assert.equal(offline.status, 409);
+      assert.equal(offline.body.code, 'instance_offline');
+      const disconnected = await t.admin.post(`/api/instances/${other.id}/disconnect`);
+      assert.equal(disconnected.body.paused, true);
+      assert.equal(disconnected.body.state, 'stopped');
+      const paused = await t.admin.post(`/api/instances/${other.id}/messages`, { phone: '5511988887777', type: 'text', text: 'x' });
+      assert.equal(paused.status, 409);
+      assert.equal(paused.body.code, 'instance_paused');
+    });
+
+    it('disconnect keeps credentials; reset requires a new pairing', async () => {
+      const x = await createConnectedInstance(t.admin, '5511900000004');
+      await t.admin.post(`/api/instances/${x.id}/disconnect`);
+      await waitForState(t.admin, x.id, 'stopped');
+      const back = await t.admin.post(`/api/instances/${x.id}/connect`);
+      assert.equal(back.body.paused, false);
+      const connected = await waitForState(t.admin, x.id, 'connected');
+      assert.equal(connected.phone, '5511900000004', 'no new scan needed');
+      await t.admin.post(`/api/instances/${x.id}/reset`);
+      const awaiting = await waitForState(t.admin, x.id, 'awaiting_scan');
+      assert.ok(awaiting.qrCode);
+      assert.match(awaiting.qrImage, /^data:image\/png;base64,/);
+    });
+
+    it('issues pairing codes once per interval, never when connected, and completes pairing', async () => {
+      assert.equal((await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' })).status, 409);
+      const fresh = (await t.admin.post('/api/instances', { name: 'Pairing' })).body;
+      assert.equal((await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '+55 11' })).status, 400);
+      const code = await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '5511900000005' });
+      assert.equal(code.status, 200, JSON.stringify(code.body));
+      assert.equal(code.headers.get('cache-control'), 'no-store');
+      assert.equal(typeof code.body.code, 'string');
+      assert.ok(Date.parse(code.body.expiresAt) > Date.now());
+      const again = await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '5511900000005' });
+      assert.equal(again.status, 429);
+      assert.ok(Number(again.headers.get('retry-after')) >= 1);
+      assert.equal((await t.admin.post(`/sandbox/instances/${fresh.id}/pair`, { code: code.body.code })).status, 200);
+      await waitForState(t.admin, fresh.id, 'connected');
+      const events = await t.admin.get(`/api/instances/${fresh.id}/events`);
+      assert.ok(!events.text.includes(code.body.code), 'pairing codes never appear in events');
+    });
+
+    it('reconnects a connected instance after a restart, without a new scan, and loses no queued send', async () => {
+      const res = await send({ phone: '5511988887777', type: 'text', text: 'before restart' });
+      await t.restart();
+      const back = await waitForState(t.admin, inst.id, 'connected');
+      assert.equal(back.phone, '5511900000001');
+      const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['read', 'uncertain']);
+      assert.ok(item);
+      const fresh = await t.admin.post('/api/instances', { name: 'Never started' });
+      assert.equal((await t.admin.get(`/api/instances/${fresh.body.id}`)).body.state, 'stopped');
+    });
+  });
+}
+
+describe('send queue limit', function () {
+  this.timeout(120_000);
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer({ storage: 'postgres' });
+  });
+  after(async () => t?.stop());
+
+  it('answers 429 queue_full beyond 1000 queued sends', async () => {
+    const inst = (await t.admin.post('/api/instances', { name: 'Never connected' })).body;
+    const body = { phone: '5511988887777', type: 'text', text: 'queued' };
+    for (let i = 0; i < 1000; i += 50) {
+      const batch = await Promise.all(Array.from({ length: 50 }, () => t.admin.post(`/api/instances/${inst.id}/messages`, body)));
+      assert.ok(batch.every((r) => r.status === 202), JSON.stringify(batch.find((r) => r.status !== 202)?.body));
+    }
+    const full = await t.admin.post(`/api/instances/${inst.id}/messages`, body);
+    assert.equal(full.status, 429);
+    assert.equal(full.body.code, 'queue_full');
+  });
+
+});
+
+describe('send expiry', function () {
+  this.timeout(60_000);
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer({ storage: 'postgres', env: { SEND_EXPIRY_MS: '1500' } });
+  });
+  after(async () => t?.stop());
+
+  it('expires queued sends after SEND_EXPIRY_MS with a message.failed event, even offline', async () => {
+    const inst = (await t.admin.post('/api/instances', { name: 'Offline' })).body;
+    const res = await t.admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: 'too late' });
+    const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['expired'], 15_000);
+    assert.equal(item.status, 'expired');
+    const failed = await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.failed' && e.data.messageId === res.body.id, 'expired event');
+    assert.equal(failed.data.error.code, 'expired');
+  });
+});
