@@ -2,32 +2,34 @@
 // Kubernetes probes and the chart work the same for every service.
 import { createServer, type Server } from 'node:http';
 import type { Metrics } from './metrics.ts';
+import { Problem } from './problem.ts';
 
 export interface HealthServer {
   close(): Promise<void>;
 }
 
-/** `ready` resolves with extra details when ready and rejects when not. */
-/** With `metrics`, it also serves GET /metrics (Prometheus) for the process. */
+/** `ready` resolves with extra details when ready and rejects when not. With `metrics`, it also serves GET /metrics (Prometheus) for the process. */
 export function startHealthServer(port: number, ready: () => Promise<Record<string, unknown> | void>, metrics?: Metrics): HealthServer {
   const server: Server = createServer((req, res) => {
     const reply = (status: number, body: unknown) => res.writeHead(status, { 'Content-Type': 'application/json' }).end(JSON.stringify(body));
+    // Errors are problem documents here too, as on the gateway (DESIGN §5).
+    const fail = (problem: Problem) => res.writeHead(problem.status, { 'Content-Type': 'application/problem+json' }).end(JSON.stringify(problem));
     if (req.url === '/health') return reply(200, { status: 'ok' });
     if (req.url === '/ready') {
       ready().then(
         (details) => reply(200, { status: 'ready', ...(details ?? {}) }),
-        (err) => reply(503, { status: 'not_ready', reason: err instanceof Error ? err.message : String(err) }),
+        (err) => fail(new Problem(503, 'not_ready', `Not ready: ${err instanceof Error ? err.message : String(err)}`)),
       );
       return;
     }
     if (req.url === '/metrics' && metrics) {
       metrics.render().then(
         (body) => res.writeHead(200, { 'Content-Type': metrics.contentType }).end(body),
-        () => reply(500, { status: 500, title: 'metrics unavailable' }),
+        () => fail(new Problem(500, 'metrics_unavailable', 'The metrics could not be collected; try again.')),
       );
       return;
     }
-    reply(404, { status: 404, title: 'Not Found' });
+    fail(new Problem(404, 'not_found', `${req.url} is not served here; try /health, /ready or /metrics.`));
   });
   server.listen(port);
   return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };

@@ -1,6 +1,8 @@
 // The management half of the API over real HTTP, on PGlite and on PostgreSQL.
 import assert from 'node:assert/strict';
+import { Problem } from '@switchboard/core';
 import { startTestServer, type StorageKind, type TestServer } from '../../../test/support/server.ts';
+import { healthRoutes } from '../src/routes/health.ts';
 
 const name = (n: number) => 'x'.repeat(n);
 
@@ -46,6 +48,21 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
     it('unknown routes and methods answer with problem documents', async () => {
       assertProblem(await t.admin.get('/api/nope'), 404, 'not_found');
       assertProblem(await t.admin.request('PATCH', '/api/stats'), 405);
+    });
+
+    it('reads request bodies as JSON only and says which fields are missing or mistyped', async () => {
+      const post = (contentType: string, body: string) =>
+        fetch(`${t.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${t.adminKey}`, 'content-type': contentType }, body });
+      for (const [contentType, body] of [['text/plain', '{"name":"Plain"}'], ['application/x-www-form-urlencoded', 'name=Form']]) {
+        const res = await post(contentType, body);
+        assertProblem({ status: res.status, headers: res.headers, body: await res.json() }, 400, 'unsupported_content_type');
+      }
+      assert.equal((await post('application/json; charset=utf-8', '{"name":"With charset"}')).status, 201);
+      const mistyped = await t.admin.post('/api/projects', { name: 123 });
+      assertProblem(mistyped, 400, 'validation_failed');
+      assert.equal(mistyped.body.errors[0].path, 'name');
+      assert.notEqual(mistyped.body.errors[0].message, 'required', 'a present value of the wrong type is not "required"');
+      assert.equal((await t.admin.post('/api/projects', {})).body.errors[0].message, 'required');
     });
 
     describe('projects', () => {
@@ -249,6 +266,12 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem(await t.admin.get('/api/stats?from=yesterday'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-02-30'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-03-01&to=2020-01-01'), 400);
+        const wide = await t.admin.get('/api/stats?from=2000-01-01&to=2100-12-31');
+        assert.equal(wide.status, 200);
+        assert.deepEqual([wide.body.from, wide.body.to], ['2000-01-01', '2100-12-31']);
+        const future = await t.admin.get('/api/stats?from=2099-01-01');
+        assert.equal(future.status, 200);
+        assert.deepEqual([future.body.from, future.body.to], ['2099-01-01', '2099-01-01']);
       });
 
       it('reports instances, queues and media', async () => {
@@ -322,5 +345,16 @@ describe('rate limit, origin and proxy handling', function () {
     } finally {
       await t3.stop();
     }
+  });
+});
+
+describe('readiness', () => {
+  it('answers 503 with a problem document naming what did not answer', async () => {
+    const ready = healthRoutes.find((r) => r.path === '/ready')!;
+    const deps = { db: { raw: async () => Promise.reject(new Error('db down')) }, bus: { pending: async () => 0 } };
+    await assert.rejects(
+      ready.handler({ deps } as any),
+      (err: unknown) => err instanceof Problem && err.status === 503 && err.code === 'not_ready' && /database/.test(err.detail) && !/\bbus\b/.test(err.detail),
+    );
   });
 });

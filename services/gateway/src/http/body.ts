@@ -10,11 +10,20 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
   if (declared > limit) throw tooLarge(limit);
   const raw = await readLimited(ctx, limit);
   if (raw.length === 0) return undefined;
+  if (!declaresJson(ctx.get('content-type'))) {
+    throw problems.badRequest('unsupported_content_type', 'JSON request bodies must be sent with Content-Type: application/json.');
+  }
   try {
     return JSON.parse(raw.toString('utf8'));
   } catch {
     throw problems.badRequest('invalid_json', 'The request body is not valid JSON.');
   }
+}
+
+/** The spec's bodies are JSON: application/json or a +json type; a body without a declared type is read as JSON. */
+function declaresJson(contentType: string): boolean {
+  const mediaType = contentType.split(';')[0].trim().toLowerCase();
+  return mediaType === '' || mediaType === 'application/json' || mediaType.endsWith('+json');
 }
 
 function tooLarge(limit: number): Problem {

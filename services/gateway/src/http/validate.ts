@@ -3,7 +3,9 @@ import type { z } from 'zod';
 import { problems, type FieldProblem } from '@switchboard/core';
 
 export function parseOrThrow<T>(schema: z.ZodType<T>, value: unknown, where: 'body' | 'query'): T {
-  const result = schema.safeParse(value);
+  // reportInput lets fieldProblems tell a missing field from one of the wrong type; the input
+  // itself never leaves this module.
+  const result = schema.safeParse(value, { reportInput: true });
   if (result.success) return result.data;
   throw problems.validation(fieldProblems(result.error, where));
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { problems } from '@switchboard/core';
 import { route } from '../http/route.ts';
 
 export const healthRoutes = [
@@ -21,7 +22,8 @@ export const healthRoutes = [
     handler: async ({ deps }) => {
       const checks = await Promise.allSettled([deps.db.raw('select 1'), deps.bus.pending('commands', '__ready_probe__')]);
       const failed = checks.map((c, i) => (c.status === 'rejected' ? ['database', 'bus'][i] : null)).filter(Boolean);
-      if (failed.length) return { status: 503, body: { status: 'not_ready', failed } };
+      // Every error is a problem document (DESIGN §8), this one included.
+      if (failed.length) throw problems.unavailable('not_ready', `Not ready: ${failed.join(', ')} did not answer.`);
       return { body: { status: 'ready' } };
     },
   }),
