@@ -7,6 +7,7 @@ import { createServer, type Server } from 'node:http';
 import { readFile, unlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { Boom } from '@hapi/boom';
 import {
   DisconnectReason,
   downloadContentFromMessage,
@@ -187,6 +188,19 @@ describe('baileys driver: connection', () => {
     );
   });
 
+  it('a connect that cannot read the credentials fails, and a later connect tries again', async () => {
+    const r = rig();
+    const get = r.auth.get.bind(r.auth);
+    r.auth.get = async () => {
+      throw new Error('database unavailable');
+    };
+    await assert.rejects(r.driver.connect(), /database unavailable/);
+    assert.equal(r.network.sockets.length, 0);
+    r.auth.get = get;
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket on the second connect');
+  });
+
   it('configures the socket: not online on connect, bounded history, getMessage from our records', async () => {
     const r = rig();
     await r.driver.connect();
@@ -199,6 +213,14 @@ describe('baileys driver: connection', () => {
     assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.NON_BLOCKING_DATA }), true);
     assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.FULL }), false);
     assert.equal(config.shouldSyncHistoryMessage!({ syncType: T.RECENT }), false);
+
+    // Signal keys: written through to our AuthStore, read through Baileys' cache on top of it.
+    const keys = config.auth.keys;
+    await keys.set({ session: { '5511912345678.0': Buffer.from('session-bytes') } });
+    assert.ok(r.auth.data.has('session/5511912345678.0'), 'written to the AuthStore');
+    await r.auth.set({ session: { '5511912345678.0': null } });
+    const cached = await keys.get('session', ['5511912345678.0']);
+    assert.deepEqual(Buffer.from(cached['5511912345678.0']!), Buffer.from('session-bytes'), 'served by makeCacheableSignalKeyStore');
 
     const messengerId = mid();
     await db('send_items').insert({
@@ -227,6 +249,20 @@ describe('baileys driver: connection', () => {
     const code = await pending;
     assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
     assert.deepEqual(r.network.pairingRequests, ['5511988887777']);
+  });
+
+  it('a pairing-code request while WhatsApp is unreachable fails with a clear reason', async () => {
+    const r = rig({ pairingReadyTimeoutMs: 60 });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    await r.sock().unreachable();
+    await until(() => r.listener.state === 'reconnecting', 'reconnecting');
+    await assert.rejects(r.driver.requestPairingCode('5511988887777'), (err: { status?: number; code?: string; detail?: string }) => {
+      assert.deepEqual([err.status, err.code], [503, 'pairing_not_ready']);
+      assert.match(err.detail ?? '', /cannot be reached/);
+      return true;
+    });
+    assert.deepEqual(r.network.pairingRequests, []);
   });
 
   it('restarts after pairing (515) without reporting a drop, saves credentials and connects as the phone', async () => {
@@ -297,6 +333,67 @@ describe('baileys driver: connection', () => {
     const lockHeld = await connectedRig({}, { stillOwner: async () => true });
     await lockHeld.sock().drop(DisconnectReason.connectionReplaced);
     await until(() => lockHeld.network.sockets.length === 3, 'reconnect as the lock holder (context)');
+  });
+
+  it('says why it reconnects: servers unreachable (no route/DNS), QR expired unscanned', async () => {
+    const r = rig();
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    await r.sock().unreachable('EAI_AGAIN');
+    await until(() => r.listener.state === 'reconnecting', 'reconnecting');
+    assert.equal(r.listener.states.at(-1)!.reason, 'server_unreachable');
+    await until(() => r.network.sockets.length === 2, 'retried');
+    r.sock().showQr();
+    await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan');
+    await r.sock().qrRefsEnded();
+    await until(() => r.network.sockets.length === 3, 'a fresh QR session');
+    assert.deepEqual(
+      r.listener.states.map((s) => [s.state, s.reason ?? null]),
+      [['starting', null], ['reconnecting', 'server_unreachable'], ['awaiting_scan', null], ['reconnecting', 'qr_expired']],
+    );
+    // Errors Baileys builds for these closes (mapWebSocketError, the QR timer) and a plain drop.
+    const wsError = Object.assign(new Error('getaddrinfo ENOTFOUND web.whatsapp.com'), { code: 'ENOTFOUND' });
+    assert.deepEqual(closeAction(408, new Boom('WebSocket Error (getaddrinfo ENOTFOUND web.whatsapp.com)', { statusCode: 408, data: wsError })), { kind: 'reconnect', reason: 'server_unreachable' });
+    assert.deepEqual(closeAction(408, new Boom('QR refs attempts ended', { statusCode: 408 })), { kind: 'reconnect', reason: 'qr_expired' });
+    assert.deepEqual(closeAction(408, new Boom('Connection was lost', { statusCode: 408 })), { kind: 'reconnect', reason: 'connection_lost' });
+    assert.equal(closeAction(401, new Boom('x', { statusCode: 401, data: wsError })).kind, 'logged_out', 'the code decides the action');
+  });
+
+  it('drops an unconfirmed pairing code before reconnecting, so it never logs in as an unlinked device', async () => {
+    const r = rig();
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    r.sock().showQr();
+    await r.driver.requestPairingCode('5511988887777');
+    assert.equal(r.sock().config.auth.creds.me?.id, '5511988887777@s.whatsapp.net', 'Baileys wrote `me` for the code');
+    await r.sock().qrRefsEnded(); // the code was never typed on the phone
+    await until(() => r.network.sockets.length === 2, 'new socket');
+    const creds = r.sock().config.auth.creds;
+    assert.equal(creds.me, undefined, 'registers afresh instead of logging in');
+    assert.equal(creds.pairingCode, undefined);
+    await until(() => !(r.auth.data.get('creds/creds') as { me?: unknown } | undefined)?.me, 'stored credentials updated');
+    r.sock().showQr();
+    await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan again');
+    assert.ok(!r.listener.states.some((s) => s.state === 'logged_out'));
+
+    // A completed pairing (with its signed device identity) is kept across reconnects.
+    const paired = await connectedRig();
+    await paired.sock().drop(DisconnectReason.connectionLost);
+    await until(() => paired.network.sockets.length === 3, 'reconnect');
+    assert.equal(paired.sock().config.auth.creds.me?.id, `${MY_PHONE}:12@s.whatsapp.net`);
+  });
+
+  it('waits exponentially longer between consecutive failed attempts', async () => {
+    const r = rig({ backoff: { baseMs: 10, maxMs: 10_000, jitter: 0.2 } });
+    await r.driver.connect();
+    for (let n = 1; n <= 5; n++) {
+      await until(() => r.network.sockets.length === n, `attempt ${n}`);
+      await r.sock().unreachable();
+    }
+    const failedAt = Date.now();
+    await until(() => r.network.sockets.length === 6, 'sixth attempt');
+    // The fifth delay is 10 ms · 2⁴ ± 20 % (timers never fire early, so this bound is not flaky).
+    assert.ok(Date.now() - failedAt >= 128, `waited ${Date.now() - failedAt} ms`);
   });
 
   it('backs off exponentially with jitter, capped', () => {

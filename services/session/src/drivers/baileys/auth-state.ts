@@ -92,3 +92,18 @@ export async function loadCreds(store: AuthStore): Promise<AuthenticationCreds> 
 export async function saveCreds(store: AuthStore, creds: AuthenticationCreds): Promise<void> {
   await store.set({ [CREDS_CATEGORY]: { [CREDS_KEY]: toPlain(creds) } });
 }
+
+/**
+ * A pairing-code request writes `me` into the credentials before the phone has confirmed anything;
+ * only a completed pairing adds `account` (the signed device identity). A socket opened with such
+ * half-written credentials makes Baileys log in as a device that was never linked, which the server
+ * refuses (401): an instance nobody linked would end up `logged_out`. Dropping the unfinished
+ * pairing lets the new socket register afresh (new QR, or a new code). Returns whether it changed.
+ */
+export function forgetUnfinishedPairing(creds: AuthenticationCreds): boolean {
+  if (!creds.me || creds.account) return false;
+  delete creds.me;
+  creds.pairingCode = undefined;
+  creds.registered = false;
+  return true;
+}

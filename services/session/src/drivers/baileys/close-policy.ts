@@ -19,7 +19,38 @@ export function closeCode(error: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
-export function closeAction(code: number | undefined): CloseAction {
+/** Socket errors that mean the WhatsApp servers could not be reached at all (DNS, routing, refusal). */
+const UNREACHABLE_ERRNOS = new Set(['ENOTFOUND', 'EAI_AGAIN', 'ECONNREFUSED', 'ENETUNREACH', 'EHOSTUNREACH', 'ETIMEDOUT', 'ENETDOWN']);
+
+/** The errno of the network error behind a close (Baileys keeps the WebSocket error as Boom `data`). */
+function errnoOf(error: unknown): string | undefined {
+  const data = (error as { data?: { code?: unknown } } | undefined)?.data;
+  return typeof data?.code === 'string' ? data.code : undefined;
+}
+
+/**
+ * What to do after a close. The error refines the reason of a transient close, so that clients
+ * (connection.update `reason`) and operators can tell "no route to WhatsApp" and "nobody scanned
+ * the QR in time" from an ordinary drop; the action stays the same.
+ */
+export function closeAction(code: number | undefined, error?: unknown): CloseAction {
+  const action = actionByCode(code);
+  if (action.kind !== 'reconnect') return action;
+  const errno = errnoOf(error);
+  if (errno && UNREACHABLE_ERRNOS.has(errno)) return { kind: 'reconnect', reason: 'server_unreachable' };
+  // Baileys ends the socket with 408 once every QR of the pairing session was shown unscanned.
+  if (/QR refs attempts ended/i.test((error as Error | undefined)?.message ?? '')) return { kind: 'reconnect', reason: 'qr_expired' };
+  return action;
+}
+
+/** A short, secret-free description of a close error for the logs. */
+export function closeDetail(error: unknown): string | undefined {
+  const message = (error as Error | undefined)?.message;
+  if (!message) return undefined;
+  return message.replace(/[a-z]+:\/\/\S+/gi, '<url>').slice(0, 200);
+}
+
+function actionByCode(code: number | undefined): CloseAction {
   switch (code) {
     case DisconnectReason.restartRequired:
       return { kind: 'restart' };

@@ -30,8 +30,8 @@ import {
   type OutboundMessage,
   type Receipt,
 } from '@switchboard/core';
-import { loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
-import { backoffDelay, closeAction, closeCode, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
+import { forgetUnfinishedPairing, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
+import { backoffDelay, closeAction, closeCode, closeDetail, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
 import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
 import { destinationJid, lidSide, normalised, phoneOf } from './jids.ts';
 import { downloadWithRetry } from './media-download.ts';
@@ -98,6 +98,8 @@ export class BaileysDriver implements NetworkDriver {
   /** The socket that has shown a QR, i.e. is ready for a pairing-code request. */
   private readySocket: BaileysSocket | null = null;
   private readyWaiters: Array<(sock: BaileysSocket) => void> = [];
+  /** Why the last socket closed, until a newer one reaches the server (explains a failed pairing request). */
+  private lastCloseReason: string | null = null;
   private readonly groupCache = new Map<string, { meta: GroupMetadata; at: number }>();
   private readonly onNetworkCache = new Map<string, { jid: string; at: number }>();
 
@@ -122,7 +124,12 @@ export class BaileysDriver implements NetworkDriver {
     this.running = true;
     this.reconnectAttempt = 0;
     await this.report('starting', {});
-    await this.openSocket();
+    try {
+      await this.openSocket();
+    } catch (error) {
+      this.running = false; // e.g. the credentials could not be read: a later connect() tries again
+      throw error;
+    }
   }
 
   /** Closes the socket, keeps credentials. The worker records the resulting state itself. */
@@ -159,6 +166,10 @@ export class BaileysDriver implements NetworkDriver {
     const generation = ++this.generation;
     this.creds ??= await loadCreds(this.ctx.auth);
     if (generation !== this.generation || !this.running) return; // stopped meanwhile
+    if (forgetUnfinishedPairing(this.creds)) {
+      this.log.info('a pairing code was not confirmed in time; pairing starts afresh');
+      this.writeCreds(this.creds);
+    }
     const sock = this.factory({
       auth: { creds: this.creds, keys: makeCacheableSignalKeyStore(this.keyStore, this.baileysLog) },
       logger: this.baileysLog,
@@ -219,7 +230,11 @@ export class BaileysDriver implements NetworkDriver {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter);
-        reject(problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.'));
+        const detail =
+          this.lastCloseReason === 'server_unreachable'
+            ? 'The WhatsApp servers cannot be reached from this service (it needs outbound access to web.whatsapp.com:443); pairing is not possible until they can.'
+            : 'The network session is not ready for pairing yet; try again.';
+        reject(problems.unavailable('pairing_not_ready', detail));
       }, timeoutMs);
       const waiter = (sock: BaileysSocket) => {
         clearTimeout(timer);
@@ -240,11 +255,7 @@ export class BaileysDriver implements NetworkDriver {
     };
     // Credentials are written on their own chain, so a slow listener never delays them.
     sock.ev.on('creds.update', () => {
-      if (!current() || !this.creds) return;
-      const creds = this.creds;
-      this.credsWrites = this.credsWrites
-        .then(() => saveCreds(this.ctx.auth, creds))
-        .catch((error) => this.log.error({ err: errorSummary(error) }, 'saving credentials failed'));
+      if (current() && this.creds) this.writeCreds(this.creds);
     });
     // Readiness for pairing is signalled at once, not behind queued events.
     sock.ev.on('connection.update', (update) => {
@@ -258,17 +269,28 @@ export class BaileysDriver implements NetworkDriver {
     on('call', (calls) => this.onCalls(sock, calls));
   }
 
+  private writeCreds(creds: AuthenticationCreds): void {
+    this.credsWrites = this.credsWrites
+      .then(() => saveCreds(this.ctx.auth, creds))
+      .catch((error) => this.log.error({ err: errorSummary(error) }, 'saving credentials failed'));
+  }
+
   private markReady(sock: BaileysSocket): void {
     this.readySocket = sock;
+    this.lastCloseReason = null;
     const waiters = this.readyWaiters;
     this.readyWaiters = [];
     for (const waiter of waiters) waiter(sock);
   }
 
   private async onConnectionUpdate(sock: BaileysSocket, update: BaileysEventMap['connection.update']): Promise<void> {
-    if (update.qr && !this.connected) await this.report('awaiting_scan', { qr: update.qr });
+    if (update.qr && !this.connected) {
+      this.reconnectAttempt = 0; // the server answered: the next QR session starts without a long backoff
+      await this.report('awaiting_scan', { qr: update.qr });
+    }
     if (update.connection === 'open') {
       this.connected = true;
+      this.lastCloseReason = null;
       this.reconnectAttempt = 0;
       await this.report('connected', { phone: phoneOf(sock.user?.id) });
     }
@@ -279,12 +301,21 @@ export class BaileysDriver implements NetworkDriver {
     this.connected = false;
     this.sock = null;
     this.readySocket = null;
-    const code = closeCode(error);
-    const action = closeAction(code);
-    this.log.info({ code, action: action.kind }, 'socket closed');
+    const statusCode = closeCode(error);
+    const action = closeAction(statusCode, error);
+    const reason = action.kind === 'restart' ? 'restart_required' : action.reason;
+    this.lastCloseReason = reason;
+    // (`statusCode`, not `code`: the logger redacts fields named `code`, which may be pairing codes.)
+    const fields = { statusCode, action: action.kind, reason, detail: closeDetail(error) };
+    if (reason === 'server_unreachable') this.log.warn(fields, 'cannot reach the WhatsApp servers; retrying with backoff');
+    else this.log.info(fields, 'socket closed');
     switch (action.kind) {
       case 'restart':
-        await this.openSocket();
+        // A failed reopen (e.g. credentials unreadable for a moment) must not leave us without a socket.
+        await this.openSocket().catch((error) => {
+          this.log.error({ err: errorSummary(error) }, 'could not open the socket');
+          if (this.running) this.scheduleReconnect();
+        });
         return;
       case 'reconnect':
         await this.report('reconnecting', { reason: action.reason });

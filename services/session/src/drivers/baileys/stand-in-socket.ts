@@ -124,7 +124,9 @@ export class StandInSocket implements BaileysSocket {
   /** The phone scanned the QR (or typed the code): pair-success, then the server asks for a restart (515). */
   completePairing(phone: string, lid = `${phone.slice(-6)}0042`): void {
     const me = { id: jidEncode(phone, 's.whatsapp.net', 12), name: 'Switchboard Test', lid: jidEncode(lid, 'lid', 12) };
-    this.ev.emit('creds.update', { me, platform: 'android', signalIdentities: [] });
+    // Like configureSuccessfulPairing: a completed pairing always brings the signed device identity.
+    const account = { details: randomBytes(40), accountSignatureKey: randomBytes(32), accountSignature: randomBytes(64), deviceSignature: randomBytes(64) };
+    this.ev.emit('creds.update', { me, account, platform: 'android', signalIdentities: [] });
     this.ev.emit('connection.update', { isNewLogin: true, qr: undefined });
     void this.end(new Boom('Stream Errored (restart required)', { statusCode: DisconnectReason.restartRequired }));
   }
@@ -139,6 +141,17 @@ export class StandInSocket implements BaileysSocket {
       this.buffering = false;
     }
     this.ev.emit('connection.update', { receivedPendingNotifications: true });
+  }
+
+  /** Every QR of this pairing session went unscanned: Baileys ends the socket with 408. */
+  qrRefsEnded(): Promise<void> {
+    return this.end(new Boom('QR refs attempts ended', { statusCode: DisconnectReason.timedOut }));
+  }
+
+  /** The WebSocket could not reach the server (no DNS/route), as Baileys' mapWebSocketError reports it. */
+  unreachable(errno = 'ENOTFOUND'): Promise<void> {
+    const error = Object.assign(new Error(`getaddrinfo ${errno} web.whatsapp.com`), { code: errno, syscall: 'getaddrinfo' });
+    return this.end(new Boom(`WebSocket Error (${error.message})`, { statusCode: DisconnectReason.timedOut, data: error }));
   }
 
   /** The connection closes with a DisconnectReason code. */

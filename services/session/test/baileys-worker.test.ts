@@ -1,0 +1,161 @@
+// The Baileys driver inside the real session worker (PostgreSQL, in-process bus, media archive),
+// with the stand-in socket as WhatsApp: what a client sees on the instance row, in the records
+// and in the events — QR on the instance, credentials sealed in auth_state, sends with the reserved
+// id through the queue, receipts, received media archived or reported unavailable, view-once media
+// never archived, and reset clearing the stored session.
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import { readFile, unlink } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { encryptedStream, proto, type WAMessage } from '@whiskeysockets/baileys';
+import type { LocalSessionRuntime } from '../src/local-runtime.ts';
+import { createBaileysDriver } from '../src/drivers/baileys/index.ts';
+import { StandInNetwork } from '../src/drivers/baileys/stand-in-socket.ts';
+import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
+
+const MY_PHONE = '5511900002222';
+const PEER = '5511977776666';
+
+describe('baileys driver in the session worker', function () {
+  this.timeout(20_000);
+  let env: Env;
+  let network: StandInNetwork;
+  let runtime: LocalSessionRuntime;
+  let instanceId: string;
+  let media: { url: string; files: Map<string, Buffer>; close(): Promise<void> };
+
+  before(async () => {
+    env = await openEnv();
+    media = await mediaServer();
+  });
+  after(async () => {
+    await media?.close();
+    await env?.close();
+  });
+  beforeEach(async () => {
+    network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 2_000 });
+    runtime = env.runtime({ driverFactory });
+    instanceId = await env.createInstance();
+  });
+  afterEach(async () => runtime.close());
+
+  const row = () => instanceRow(env.db, instanceId);
+
+  /** start → QR → scan (515 restart) → login. */
+  async function connect(): Promise<string> {
+    await runtime.start(instanceId);
+    await until(() => network.sockets.length === 1, 'socket');
+    const qr = network.current.showQr();
+    await until(async () => (await row()).state === 'awaiting_scan', 'awaiting_scan');
+    network.current.completePairing(MY_PHONE);
+    await until(() => network.sockets.length === 2, 'restart after pairing');
+    network.current.open();
+    await until(async () => (await row()).state === 'connected', 'connected');
+    return qr;
+  }
+
+  it('shows the QR on the instance, connects as the phone and keeps credentials sealed; reset clears them', async () => {
+    await runtime.start(instanceId);
+    await until(() => network.sockets.length === 1, 'socket');
+    const qr = network.current.showQr();
+    await until(async () => (await row()).qr_code === qr, 'QR on the instance');
+    assert.equal((await row()).state, 'awaiting_scan');
+
+    network.current.completePairing(MY_PHONE);
+    await until(() => network.sockets.length === 2, 'restart after pairing');
+    network.current.open();
+    await until(async () => (await row()).state === 'connected', 'connected');
+    assert.deepEqual([(await row()).phone, (await row()).qr_code], [MY_PHONE, null]);
+
+    const sealed = await env.db('auth_state').where({ instance_id: instanceId, category: 'creds' }).first();
+    assert.ok(sealed, 'credentials stored in auth_state');
+    assert.ok(!Buffer.from(sealed.value_sealed, 'base64').toString('latin1').includes(MY_PHONE), 'sealed at rest');
+    assert.ok(env.crypto.open(sealed.value_sealed).includes(MY_PHONE), 'opened with ENCRYPTION_KEY');
+
+    await runtime.reset(instanceId);
+    await until(async () => (await row()).state === 'logged_out' || (await row()).state === 'starting', 'reset recorded');
+    assert.deepEqual(network.logouts, [`${MY_PHONE}:12@s.whatsapp.net`], 'the device was unlinked');
+    const left = await env.db('auth_state').where({ instance_id: instanceId });
+    assert.ok(!left.some((r) => r.category === 'creds' && env.crypto.open(r.value_sealed).includes(MY_PHONE)), 'old credentials gone');
+  });
+
+  it('sends a queued text with the reserved id; receipts move the item to read; the echo is fromApi', async () => {
+    await connect();
+    const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'hello from the queue' });
+    await until(() => network.relayed.length === 1, 'relayed');
+    assert.deepEqual([network.relayed[0]!.messageId, network.relayed[0]!.jid], [send.messengerId, `${PEER}@s.whatsapp.net`]);
+    await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'sent');
+    const S = proto.WebMessageInfo.Status;
+    for (const status of [S.DELIVERY_ACK, S.READ]) {
+      network.current.emit('messages.update', [{ key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status } }]);
+    }
+    await until(async () => (await itemStatus(env.db, send.id)) === 'read', 'read');
+    const statuses = (await eventsOf(env.db, instanceId, 'message.status')).map((e) => e.data.status);
+    assert.deepEqual(statuses, ['sent', 'delivered', 'read']);
+    const echo = await env.db('incoming').where({ instance_id: instanceId, message_id: send.messengerId }).first();
+    assert.deepEqual([echo?.from_me, echo?.from_api], [true, true]);
+  });
+
+  it('archives received media, reports unavailable media with url null and an error, never archives view-once', async () => {
+    await connect();
+    const plain = randomBytes(2_000);
+    const image = await encryptedImage(media, '/ok', plain);
+    const ok = inbound({ imageMessage: { ...image, caption: 'a photo' } });
+    const gone = inbound({ imageMessage: { ...image, url: `${media.url}/expired` } });
+    const once = inbound({ viewOnceMessageV2: { message: { imageMessage: { ...image, viewOnce: true } } } });
+    network.current.emit('messages.upsert', { messages: [ok, gone, once], type: 'notify' });
+    await until(async () => (await eventsOf(env.db, instanceId, 'message.received')).length === 3, 'three received events', 10_000);
+
+    const received = await eventsOf(env.db, instanceId, 'message.received');
+    const data = (m: WAMessage) => received.find((e) => e.data.messageId === m.key.id)!.data;
+    assert.deepEqual([data(ok).phone, data(ok).type, data(ok).text, data(ok).media.downloadAvailable], [PEER, 'image', 'a photo', true]);
+    const mediaId = decodeURIComponent(new URL(data(ok).media.url).pathname.split('/').pop()!);
+    assert.deepEqual(Buffer.from(await env.media.read(mediaId)), plain);
+
+    assert.deepEqual([data(gone).media.url, data(gone).media.downloadAvailable], [null, false]);
+    assert.match(data(gone).media.error, /media unavailable/);
+    assert.equal(network.reuploads, 1, 'one re-upload request, for the expired link only');
+
+    assert.deepEqual([data(once).media.url, data(once).media.downloadAvailable], [null, false]);
+    const archived = await env.db('media').where({ instance_id: instanceId }).count({ n: '*' }).first();
+    assert.equal(Number(archived!.n), 1, 'only the ordinary image is archived');
+  });
+});
+
+function inbound(message: Record<string, unknown>): WAMessage {
+  return {
+    key: { remoteJid: `${PEER}@s.whatsapp.net`, remoteJidAlt: '111122223333444@lid', fromMe: false, id: `3A${randomBytes(9).toString('hex').toUpperCase()}` },
+    message: proto.Message.fromObject(message),
+    pushName: 'Ana',
+    messageTimestamp: Math.floor(Date.now() / 1000),
+  };
+}
+
+async function encryptedImage(server: { url: string; files: Map<string, Buffer> }, path: string, plain: Buffer): Promise<proto.Message.IImageMessage> {
+  const enc = await encryptedStream(plain, 'image');
+  server.files.set(path, await readFile(enc.encFilePath));
+  await unlink(enc.encFilePath);
+  return { url: `${server.url}${path}`, mediaKey: enc.mediaKey, fileSha256: enc.fileSha256, fileEncSha256: enc.fileEncSha256, fileLength: plain.length, mimetype: 'image/jpeg' };
+}
+
+/** A local media host: serves the files it holds, 404 for anything else. */
+async function mediaServer(): Promise<{ url: string; files: Map<string, Buffer>; close(): Promise<void> }> {
+  const files = new Map<string, Buffer>();
+  const server: Server = createServer((req, res) => {
+    const body = files.get(new URL(req.url!, 'http://x').pathname);
+    if (!body) return void res.writeHead(404).end();
+    res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    files,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
