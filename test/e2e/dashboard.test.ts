@@ -185,6 +185,7 @@ describe('dashboard end to end (headless Chromium)', function () {
     await page.getByRole('link', { name: 'Activity' }).click();
     const testRow = page.locator('tr[data-event-id]', { has: page.locator('code', { hasText: /^webhook\.test$/ }) });
     await testRow.locator('[data-status="exhausted"]').waitFor();
+    assert.equal((await testRow.locator('td').nth(4).textContent())?.trim(), 'HTTP 500', 'the last result names the status once');
     await shot(page, 'instance-activity-1280');
     receiver.respondWith(() => ({ status: 200 }));
     await testRow.getByRole('button', { name: /Retry/ }).click();
@@ -200,6 +201,90 @@ describe('dashboard end to end (headless Chromium)', function () {
 
     assert.ok(!page.url().includes(server.adminKey), 'the key must never be in the address');
     assert.deepEqual(pageProblems, []);
+  });
+
+  it('renames, refreshes the QR code, disconnects, renews the token, regenerates the secret and resets', async () => {
+    const created = await server.admin.post('/api/instances', { name: 'Lobby' });
+    assert.equal(created.status, 201, created.text);
+    const instanceId: string = created.body.id;
+    const oldToken: string = created.body.apiToken;
+    try {
+      const page = await openPage(1280, 900);
+      await signIn(page, server.adminKey);
+      await page.getByRole('heading', { name: 'Instances', level: 1 }).waitFor();
+      await page.locator(`tr[data-instance-id="${instanceId}"]`).getByRole('link', { name: 'Lobby' }).click();
+
+      // Rename from the details form: the heading and the record follow.
+      await page.getByRole('heading', { name: 'Lobby', level: 1 }).waitFor();
+      await page.getByLabel('Name', { exact: true }).fill('Reception');
+      await page.getByRole('button', { name: 'Save details' }).click();
+      await page.getByRole('heading', { name: 'Reception', level: 1 }).waitFor();
+      assert.equal((await server.admin.get(`/api/instances/${instanceId}`)).body.name, 'Reception');
+
+      // The QR image follows the instance without a reload: a new code (here from a reconnect made
+      // elsewhere) replaces the one on screen.
+      await page.getByRole('button', { name: 'Connect', exact: true }).click();
+      const qr = page.getByRole('img', { name: /QR code/ });
+      await qr.waitFor();
+      const firstQr = await qr.getAttribute('src');
+      assert.equal((await server.admin.post(`/api/instances/${instanceId}/disconnect`)).status, 200);
+      assert.equal((await server.admin.post(`/api/instances/${instanceId}/connect`)).status, 200);
+      await eventually(async () => {
+        const src = await qr.getAttribute('src');
+        return (await qr.isVisible()) && src !== firstQr && /^data:image\/png;base64,/.test(src ?? '');
+      }, UI_TIMEOUT_MS, 'a refreshed QR image');
+      assert.equal(await qr.getAttribute('src'), (await server.admin.get(`/api/instances/${instanceId}`)).body.qrImage);
+      assert.equal((await server.admin.post(`/sandbox/instances/${instanceId}/scan`, { phone: '5511966665555' })).status, 200);
+      await page.locator('.instance-state [data-status="connected"]').waitFor();
+
+      // Disconnect pauses the instance (sends refused); Connect resumes it without a new scan.
+      await page.getByRole('button', { name: 'Disconnect' }).click();
+      await page.getByText('Paused by a disconnect').waitFor();
+      const paused = await server.client(oldToken).post(`/api/instances/${instanceId}/messages`, { phone: '5511999990003', type: 'text', text: 'paused?' });
+      assert.equal(paused.status, 409, paused.text);
+      await page.getByRole('button', { name: 'Connect', exact: true }).click();
+      await page.locator('.instance-state [data-status="connected"]').waitFor();
+
+      // Token renewal: the new token is shown; the old one stops working at once.
+      await page.getByRole('link', { name: 'Access' }).click();
+      await page.getByRole('button', { name: 'Renew token' }).click();
+      await page.getByRole('dialog').getByRole('button', { name: 'Renew token' }).click();
+      const newToken = await page.getByLabel('New instance token').inputValue();
+      assert.notEqual(newToken, oldToken);
+      assert.equal((await server.client(oldToken).get(`/api/instances/${instanceId}`)).status, 401);
+
+      // A send made through the API with the new token is followed to `read` in Activity.
+      const sent = await server.client(newToken).post(`/api/instances/${instanceId}/messages`, { phone: '5511999990003', type: 'text', text: 'via the API' });
+      assert.equal(sent.status, 202, sent.text);
+      await page.getByRole('link', { name: 'Activity' }).click();
+      await page.locator(`tr[data-message-id="${sent.body.id}"] [data-status="read"]`).waitFor();
+
+      // Secret regeneration: the new secret is shown and is the one the API now returns.
+      await page.getByRole('link', { name: 'Webhook' }).click();
+      await page.getByRole('button', { name: 'Reveal secret' }).click();
+      const oldSecret = await page.getByRole('textbox', { name: 'Signing secret' }).inputValue();
+      await page.getByRole('button', { name: 'Regenerate secret' }).click();
+      await page.getByRole('dialog').getByRole('button', { name: 'Regenerate' }).click();
+      await page.getByText('New secret; the previous one is no longer used.').waitFor();
+      const newSecret = await page.getByRole('textbox', { name: 'Signing secret' }).inputValue();
+      assert.notEqual(newSecret, oldSecret);
+      assert.equal((await server.admin.get(`/api/instances/${instanceId}/webhook/secret`)).body.secret, newSecret);
+
+      // Reset unlinks the phone: the instance is no longer connected and must be paired again.
+      await page.getByRole('link', { name: 'Overview' }).click();
+      await page.getByRole('button', { name: 'Reset' }).click();
+      await page.getByRole('dialog').getByRole('button', { name: 'Reset' }).click();
+      await page.locator('.instance-state [data-status="connected"]').waitFor({ state: 'detached' });
+      const afterReset = (await server.admin.get(`/api/instances/${instanceId}`)).body;
+      assert.notEqual(afterReset.state, 'connected');
+      assert.equal(afterReset.phone, null, 'the phone is unlinked');
+      await page.getByText('Instance reset; pair it again to use it.').waitFor();
+
+      for (const secret of [server.adminKey, oldToken, newToken, oldSecret, newSecret]) assert.ok(!page.url().includes(secret), 'no secret in the address');
+      assert.deepEqual(pageProblems, []);
+    } finally {
+      await server.admin.delete(`/api/instances/${instanceId}`); // the next test counts the instances
+    }
   });
 
   it('pairs by phone code, manages projects and deletes at phone width, by keyboard, without sideways scrolling', async () => {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -50,7 +50,8 @@ const attributesOf = (list: { key: string; value: OtlpValue }[] = []) => Object.
 function fromOtlpJson(body: any): SpanRecord[] {
   const out: SpanRecord[] = [];
   for (const rs of body.resourceSpans ?? []) {
-    const service = String(attributesOf(rs.resource?.attributes)['service.name']);
+    const resource = attributesOf(rs.resource?.attributes);
+    const service = String(resource['service.name']);
     for (const ss of rs.scopeSpans ?? []) {
       for (const s of ss.spans ?? []) {
         out.push({
@@ -61,6 +62,7 @@ function fromOtlpJson(body: any): SpanRecord[] {
           kind: (s.kind ?? 1) - 1, // OTLP kinds start at 1 (INTERNAL); the API's at 0
           service,
           attributes: attributesOf(s.attributes),
+          resource,
         });
       }
     }
@@ -121,6 +123,7 @@ describe('observability (cluster mode: three processes, NATS headers)', function
       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: collector.url,
       OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
       OTEL_BSP_SCHEDULE_DELAY: '100',
+      OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=obs-test',
       DISPATCHER_POLL_INTERVAL_MS: '100',
     };
     children.push(startProcess('gateway', 'services/gateway/src/main.ts', { ...env, PORT: String(port), HOST: '127.0.0.1' }, output));
@@ -176,6 +179,16 @@ describe('observability (cluster mode: three processes, NATS headers)', function
     // The session's resource names its instance.
     const sessionSpan = trace.one('session send');
     assert.equal(sessionSpan.attributes['switchboard.instance_id'], created.body.id);
+    assert.equal(sessionSpan.resource?.['switchboard.instance_id'], created.body.id);
+    // Every process describes itself: release, SDK, host/process, and OTEL_RESOURCE_ATTRIBUTES.
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'services/core/package.json'), 'utf8'));
+    for (const name of ['accept send', 'session send', 'webhook attempt']) {
+      const resource = trace.one(name).resource ?? {};
+      assert.equal(resource['service.version'], version, `${name}: service.version`);
+      assert.equal(resource['telemetry.sdk.language'], 'nodejs', `${name}: telemetry.sdk.*`);
+      assert.equal(resource['deployment.environment.name'], 'obs-test', `${name}: OTEL_RESOURCE_ATTRIBUTES`);
+      assert.ok(resource['process.pid'], `${name}: process attributes`);
+    }
   });
 
   it('serves /metrics from the gateway and the dispatcher health port', async () => {

@@ -54,6 +54,8 @@ export interface SpanRecord {
   kind: number;
   service: string;
   attributes: Record<string, unknown>;
+  /** Resource attributes of the process that made the span. */
+  resource?: Record<string, unknown>;
 }
 
 export class SpanSet {

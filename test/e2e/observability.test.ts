@@ -4,7 +4,7 @@
 // - no secret used in the scenario appears in any log line.
 // Spans go to an in-memory exporter; logs to a buffer at debug level.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -165,6 +165,12 @@ describe('observability (embedded)', function () {
     }, 15_000, 'inbound media event');
     const signature = new URL(mediaUrl).searchParams.get('signature')!;
     assert.equal((await fetch(mediaUrl)).status, 200);
+    // Renewing the token and regenerating the webhook secret return new secrets in their answers.
+    const renewed = await admin.post(`/api/instances/${instance.instanceId}/token`);
+    assert.equal(renewed.status, 200, renewed.text);
+    const regenerated = await admin.post(`/api/instances/${instance.instanceId}/webhook/secret`);
+    assert.equal(regenerated.status, 200, regenerated.text);
+    assert.equal((await new ApiClient(server.url, renewed.body.apiToken).get(`/api/instances/${instance.instanceId}/messages`)).status, 200);
     // Requests that fail also log; a wrong token must not be echoed either.
     const wrongToken = `${instance.apiToken.slice(0, -4)}zzzz`;
     assert.equal((await new ApiClient(server.url, wrongToken).get(`/api/instances/${instance.instanceId}/messages`)).status, 401);
@@ -176,6 +182,9 @@ describe('observability (embedded)', function () {
       'wrong token': wrongToken,
       'integration key': appKey,
       'webhook secret': instance.webhookSecret,
+      'renewed instance token': renewed.body.apiToken,
+      'regenerated webhook secret': regenerated.body.secret,
+      'encryption key': readFileSync(join(dataDir, 'encryption-key'), 'utf8').trim(),
       'pairing code': code.body.code,
       'media link signature': signature,
       'webhook signature': deliveries[0].headers['x-service-signature'].replace(/^sha256=/, ''),

@@ -2,6 +2,7 @@
 // bus and real NATS JetStream), the outbox relay's span, and event recording storing the
 // traceparent its webhook attempts will continue. Spans go to an in-memory exporter.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
@@ -51,6 +52,18 @@ describe('telemetry', () => {
     assert.equal(off.enabled, false);
     const disabled = await startTelemetry({ serviceName: 'x', env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:1', OTEL_SDK_DISABLED: 'true' } });
     assert.equal(disabled.enabled, false);
+  });
+
+  it('describes the process in its resource: service, version, SDK, host and process', async () => {
+    await inSpan('resource probe', {}, async () => undefined);
+    const attributes = (await waitFor(() => spansNamed('resource probe')[0])).resource.attributes;
+    const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+    assert.equal(attributes['service.name'], 'core-test');
+    assert.equal(attributes['service.version'], version);
+    assert.equal(attributes['telemetry.sdk.language'], 'nodejs');
+    assert.equal(attributes['telemetry.sdk.name'], 'opentelemetry');
+    assert.ok(attributes['host.name'], 'host attributes');
+    assert.equal(attributes['process.pid'], process.pid);
   });
 
   it('injects the current span as traceparent and continues a stored one', async () => {

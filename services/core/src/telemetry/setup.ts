@@ -3,8 +3,9 @@
 // (or with OTEL_SDK_DISABLED=true) nothing is started and every span is a no-op. The exporter
 // follows OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_PROTOCOL (OTLP over HTTP by default).
 // Tests pass their own exporter (an InMemorySpanExporter) instead.
+import { readFileSync } from 'node:fs';
 import { NodeSDK } from '@opentelemetry/sdk-node';
-import { resourceFromAttributes } from '@opentelemetry/resources';
+import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
 import { SimpleSpanProcessor, type SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
 import type { Instrumentation } from '@opentelemetry/instrumentation';
@@ -29,6 +30,10 @@ export interface Telemetry {
   shutdown(): Promise<void>;
 }
 
+/** The release (every workspace package carries the same version); processes start with plain
+ *  `node`, not through npm, so npm_package_version is not set. */
+const SWITCHBOARD_VERSION: string = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version;
+
 const DISABLED: Telemetry = { enabled: false, shutdown: async () => undefined };
 
 export function telemetryConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
@@ -42,11 +47,14 @@ export async function startTelemetry(opts: TelemetryOptions): Promise<Telemetry>
   const instrumentations = opts.autoInstrument === false ? [] : await autoInstrumentations();
   const sdk = new NodeSDK({
     serviceName: env.OTEL_SERVICE_NAME?.trim() || opts.serviceName,
-    resource: resourceFromAttributes({
-      [ATTR_SERVICE_NAME]: opts.serviceName,
-      [ATTR_SERVICE_VERSION]: opts.serviceVersion ?? env.npm_package_version ?? '0.0.0',
-      ...(opts.instanceId ? { 'switchboard.instance_id': opts.instanceId } : {}),
-    }),
+    // The SDK's default resource (telemetry.sdk.*) is kept: a `resource` option replaces it.
+    resource: defaultResource().merge(
+      resourceFromAttributes({
+        [ATTR_SERVICE_NAME]: opts.serviceName,
+        [ATTR_SERVICE_VERSION]: opts.serviceVersion ?? SWITCHBOARD_VERSION,
+        ...(opts.instanceId ? { 'switchboard.instance_id': opts.instanceId } : {}),
+      }),
+    ),
     // Environment resource attributes (OTEL_RESOURCE_ATTRIBUTES) and the host/process basics;
     // cloud detectors are left out (they probe metadata servers at start).
     resourceDetectors: await basicDetectors(),

@@ -132,7 +132,10 @@ function section(titleId, title, description) {
 function lastResult(delivery) {
   if (!delivery) return '—';
   const parts = [];
-  if (delivery.lastStatusCode) parts.push(`HTTP ${delivery.lastStatusCode}`);
+  // An HTTP failure's error already names its status ("HTTP 500", "HTTP 302 (redirects…)"): show it once.
+  const status = delivery.lastStatusCode ? `HTTP ${delivery.lastStatusCode}` : '';
+  const errorNamesStatus = Boolean(status && delivery.lastError?.startsWith(status));
+  if (status && !errorNamesStatus) parts.push(status);
   if (delivery.lastError) parts.push(delivery.lastError);
   if (delivery.deliveredAt) parts.push(`delivered ${formatDate(delivery.deliveredAt)}`);
   else if (delivery.nextAttemptAt && delivery.status !== 'exhausted') parts.push(`next try ${formatDate(delivery.nextAttemptAt)}`);
