@@ -20,7 +20,8 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "==> installing system packages:$$missing"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+	  ($$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null) \
 	    || echo "warning: could not install$$missing; tests that need them will fail"; \
 	fi
 
