@@ -10,4 +10,5 @@ export * from './event-recorder.ts';
 export * from './instance-reconciler.ts';
 export * from './project-reconciler.ts';
 export * from './controller.ts';
+export * from './operator.ts';
 export * from './operator-config.ts';

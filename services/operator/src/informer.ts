@@ -1,6 +1,7 @@
 // An informer that keeps running: client-node's ListWatch (list, then watch from the list's
 // resourceVersion, relist on 410 Gone) plus what it lacks for a controller: it asks for watch
-// bookmarks (so a resumed watch starts from a recent resourceVersion), restarts with backoff
+// bookmarks (so a resumed watch starts from a recent resourceVersion) and a server-side watch
+// timeout (so a connection that died silently is replaced within minutes), restarts with backoff
 // after an error (ListWatch stops for good on any error other than 410), and resyncs — hands
 // every cached object to the handler again — at a fixed interval, so a missed event or a failed
 // reconcile that was dropped never leaves an object unreconciled for long.
@@ -17,6 +18,8 @@ export interface InformerOptions<T extends KubernetesObject> {
   resyncMs?: number;
   restartMinMs?: number;
   restartMaxMs?: number;
+  /** Server-side timeout of each watch request; default 5–10 min, randomised like client-go's. */
+  watchTimeoutSeconds?: () => number;
   onError?: (err: unknown, restartInMs: number) => void;
 }
 
@@ -35,7 +38,7 @@ export class ResilientInformer<T extends KubernetesObject> {
       this.failures = 0;
       return result;
     };
-    this.listWatch = new ListWatch<T>(options.path, new BookmarkWatch(options.kubeConfig), list, false, options.labelSelector);
+    this.listWatch = new ListWatch<T>(options.path, new BookmarkWatch(options.kubeConfig, options.watchTimeoutSeconds ?? (() => 300 + Math.floor(Math.random() * 300))), list, false, options.labelSelector);
     this.listWatch.on('add', (o) => options.onObject(o, false));
     this.listWatch.on('update', (o) => options.onObject(o, false));
     this.listWatch.on('delete', (o) => options.onObject(o, true));
@@ -88,9 +91,17 @@ export class ResilientInformer<T extends KubernetesObject> {
   }
 }
 
-/** client-node's Watch with bookmarks requested (ListWatch passes only resourceVersion and selectors). */
+/** client-node's Watch with bookmarks and a timeout requested (ListWatch passes only resourceVersion and selectors). */
 class BookmarkWatch extends Watch {
+  constructor(
+    kubeConfig: KubeConfig,
+    private readonly timeoutSeconds: () => number,
+  ) {
+    super(kubeConfig);
+  }
+
   override watch(path: string, queryParams: Record<string, string | number | boolean | undefined>, callback: (phase: string, apiObj: any, watchObj?: any) => void, done: (err: any) => void): Promise<AbortController> {
-    return super.watch(path, { ...queryParams, allowWatchBookmarks: true }, callback, done);
+    // The API server ends the watch after timeoutSeconds; ListWatch then resumes from the last resourceVersion.
+    return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds: this.timeoutSeconds() }, callback, done);
   }
 }

@@ -42,7 +42,6 @@ export class InstanceReconciler {
     if (!row) return; // deleted through the API: the resource is being deleted too
     await this.ensureTokenSecret(instance);
 
-    const status: InstanceStatus = { ...(instance.status ?? {}) };
     let pod = await this.podState(instance);
     let waiting = false;
     if (resetPending(instance)) {
@@ -51,10 +50,15 @@ export class InstanceReconciler {
         waiting = true;
       } else {
         await this.d.store.resetSession(name, Boolean(instance.spec.paused));
-        status.lastResetAt = instance.spec.resetRequestedAt;
+        // Recorded before a new pod starts: were this write lost after the pod started, the retry
+        // would stop the fresh session and erase the pairing the user may be scanning by then.
+        const done = { ...(instance.status ?? {}), lastResetAt: instance.spec.resetRequestedAt };
+        const afterReset = (await this.d.store.find(name)) ?? row;
+        instance = await this.writeStatus(instance, this.statusFor(instance, done, afterReset, pod, false));
         await this.d.events.record(instance, 'Normal', 'SessionReset', 'Pairing erased; the session starts fresh and needs a new scan.');
       }
     }
+    const status: InstanceStatus = { ...(instance.status ?? {}) };
     const wantRunning = !instance.spec.paused && !waiting;
     if (wantRunning && pod === 'absent') {
       pod = await this.startPod(instance);
@@ -217,11 +221,12 @@ export class InstanceReconciler {
     return status;
   }
 
-  private async writeStatus(instance: Instance, status: InstanceStatus): Promise<void> {
-    if (JSON.stringify(status) === JSON.stringify(instance.status ?? {})) return; // unchanged: no write, no event storm
+  /** Writes the status (with the resourceVersion read: a concurrent change → 409 → retry); returns the stored object. */
+  private async writeStatus(instance: Instance, status: InstanceStatus): Promise<Instance> {
+    if (JSON.stringify(status) === JSON.stringify(instance.status ?? {})) return instance; // unchanged: no write, no event storm
     const { namespace, name } = instance.metadata;
     const body = { ...instance, status };
-    await this.d.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body });
+    return (await this.d.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body })) as Instance;
   }
 }
 

@@ -1,8 +1,10 @@
 // Lease-based leader election (client-node ships none). The holder renews the Lease every
-// renewInterval; others take it over once renewTime + leaseDuration has passed. All writes carry
-// the resourceVersion read just before, so two candidates racing for an expired lease cannot both
-// win: the second write gets 409 Conflict. A leader that cannot renew within leaseDuration stops
-// leading (its controller stops) before anyone else may take over.
+// renewInterval; others take it over once they have seen no renewal for leaseDuration, measured
+// on their own clock (as client-go does): the holder's renewTime comes from another node's clock,
+// and comparing it with ours would let a candidate whose clock runs ahead take a live lease. All
+// writes carry the resourceVersion read just before, so two candidates racing for an expired
+// lease cannot both win: the second write gets 409 Conflict. A leader that cannot renew within
+// the renew deadline stops leading (its controller stops) before anyone else may take over.
 import { V1MicroTime, type CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { isStatus } from './kube-errors.ts';
 
@@ -19,6 +21,8 @@ export interface LeaderElectionOptions {
   onStartedLeading: () => void | Promise<void>;
   onStoppedLeading: () => void | Promise<void>;
   onError?: (err: unknown) => void;
+  /** Local clock in ms (tests simulate skew between nodes). */
+  now?: () => number;
 }
 
 export class LeaderElector {
@@ -26,8 +30,16 @@ export class LeaderElector {
   private leading = false;
   private lastRenew = 0;
   private stopped = false;
+  /** The lease record as last read, and when (our clock) it last changed: expiry is judged from that. */
+  private observed?: { record: string; at: number };
+  /** The round in flight: stop() waits for it, so a lease it just acquired is released too. */
+  private round: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: LeaderElectionOptions) {}
+
+  private now(): number {
+    return this.o.now?.() ?? Date.now();
+  }
 
   get isLeader(): boolean {
     return this.leading;
@@ -39,21 +51,23 @@ export class LeaderElector {
 
   start(): void {
     this.stopped = false;
-    void this.tick();
+    this.round = this.tick();
   }
 
   /** Stops campaigning; a leader releases the lease so a successor need not wait for it to expire. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
-    if (!this.leading) return;
-    await this.setLeading(false);
+    await this.round;
+    const mayHold = this.leading || this.lastRenew > 0; // also a lease won by the round stop() waited for
+    if (this.leading) await this.setLeading(false);
+    if (!mayHold) return;
     try {
       const lease = await this.o.api.readNamespacedLease({ name: this.o.leaseName, namespace: this.o.namespace });
       if (lease.spec?.holderIdentity === this.o.identity) {
         lease.spec.holderIdentity = undefined;
         lease.spec.leaseDurationSeconds = 1;
-        lease.spec.renewTime = new V1MicroTime(Date.now() - this.durationMs);
+        lease.spec.renewTime = new V1MicroTime(this.now() - this.durationMs);
         await this.o.api.replaceNamespacedLease({ name: this.o.leaseName, namespace: this.o.namespace, body: lease });
       }
     } catch (err) {
@@ -63,21 +77,22 @@ export class LeaderElector {
 
   private async tick(): Promise<void> {
     if (this.stopped) return;
-    const attemptAt = Date.now(); // the renewTime we write is no earlier than this
+    const attemptAt = this.now(); // the renewTime we write is no earlier than this
     try {
       const held = await this.tryAcquireOrRenew();
       if (held) this.lastRenew = attemptAt;
-      if (held && !this.leading) await this.setLeading(true);
+      if (held && !this.leading && !this.stopped) await this.setLeading(true);
       if (!held && this.leading) await this.setLeading(false);
     } catch (err) {
       this.o.onError?.(err);
       // Cannot reach the API: stop leading at the renew deadline, well before others may take over.
       const deadline = this.o.renewDeadlineMs ?? (this.durationMs * 2) / 3;
-      if (this.leading && Date.now() - this.lastRenew >= deadline) await this.setLeading(false);
+      if (this.leading && this.now() - this.lastRenew >= deadline) await this.setLeading(false);
     }
     if (this.stopped) return;
-    const next = this.leading ? (this.o.renewIntervalMs ?? 10_000) : (this.o.retryIntervalMs ?? 2_000);
-    this.timer = setTimeout(() => void this.tick(), next);
+    // Renewing every 2 s (client-go's retry period) leaves a leader several tries before its deadline.
+    const next = this.leading ? (this.o.renewIntervalMs ?? 2_000) : (this.o.retryIntervalMs ?? 2_000);
+    this.timer = setTimeout(() => (this.round = this.tick()), next);
   }
 
   private async setLeading(value: boolean): Promise<void> {
@@ -89,7 +104,7 @@ export class LeaderElector {
   /** One round: create the lease, renew ours, or take over an expired one. True when we hold it. */
   private async tryAcquireOrRenew(): Promise<boolean> {
     const { api, namespace, leaseName: name, identity } = this.o;
-    const now = new V1MicroTime();
+    const now = new V1MicroTime(this.now()); // our clock: another node's may differ, which is why expiry is judged locally
     const seconds = Math.max(1, Math.ceil(this.durationMs / 1000));
     let lease: V1Lease;
     try {
@@ -104,8 +119,9 @@ export class LeaderElector {
     }
     const spec = lease.spec ?? {};
     const ours = spec.holderIdentity === identity;
-    const renewedAt = spec.renewTime ? new Date(spec.renewTime).getTime() : 0;
-    const expired = !spec.holderIdentity || renewedAt + (spec.leaseDurationSeconds ?? seconds) * 1000 < Date.now();
+    const record = `${spec.holderIdentity}@${lease.metadata?.resourceVersion}`; // every renewal writes a new resourceVersion
+    if (this.observed?.record !== record) this.observed = { record, at: this.now() };
+    const expired = !spec.holderIdentity || this.observed.at + (spec.leaseDurationSeconds ?? seconds) * 1000 < this.now();
     if (!ours && !expired) return false;
     lease.spec = {
       ...spec,

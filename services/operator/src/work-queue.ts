@@ -64,7 +64,7 @@ export class WorkQueue {
     return this.queue.length;
   }
 
-  /** Resolves when no key is queued, delayed-by-failure or being processed (for tests and shutdown). */
+  /** Resolves when no key is queued or being processed (keys waiting out a delay do not count). */
   async idle(): Promise<void> {
     if (this.isIdle()) return;
     await new Promise<void>((resolve) => this.idleWaiters.push(resolve));

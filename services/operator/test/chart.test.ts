@@ -3,7 +3,9 @@
 // custom resources, against our CRDs' openAPIV3Schema.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
@@ -47,6 +49,20 @@ describe('chart, CRDs and examples', function () {
   };
   const find = (objs: Obj[], kind: string, name: string) => objs.find((o) => o.kind === kind && o.metadata.name === name);
 
+  it('gets helm and kubectl from the npm package with nothing on PATH (no unzip on a fresh machine)', () => {
+    const scratch = mkdtempSync(join(tmpdir(), 'sb-k8s-tools-'));
+    try {
+      for (const tool of ['helm', 'kubectl'] as const) {
+        const bin = layerBinary(tool, scratch);
+        const out = execFileSync(bin, tool === 'helm' ? ['version', '--short'] : ['version', '--client'], { encoding: 'utf8', env: { PATH: '', HOME: scratch } });
+        assert.match(out, /v\d+\.\d+/, `${tool} runs`);
+      }
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+    assert.doesNotMatch(readFileSync(root('services/operator/test/k8s-tools.ts'), 'utf8'), /child_process/, 'extraction runs no external program');
+  });
+
   it('passes helm lint', () => {
     execFileSync(helm, ['lint', CHART, '--strict', ...REQUIRED.flatMap((s) => ['--set', s])], { encoding: 'utf8' });
   });
@@ -55,6 +71,7 @@ describe('chart, CRDs and examples', function () {
     ['defaults (bundled PostgreSQL and NATS)', REQUIRED],
     ['external PostgreSQL/NATS, ServiceMonitor, no NetworkPolicy', [...REQUIRED, 'postgresql.enabled=false', 'nats.enabled=false', 'externalDatabase.url=postgres://sb:pw@db.example:5432/sb', 'externalNats.url=nats://nats.example:4222', 'serviceMonitor.enabled=true', 'networkPolicy.enabled=false']],
     ['an existing Secret', ['secrets.existingSecret=my-secrets']],
+    ['alert rules and the Grafana dashboard', [...REQUIRED, 'metrics.prometheusRule.enabled=true', 'grafana.dashboards.enabled=true', 'grafana.dashboards.namespace=monitoring']],
   ] as const) {
     it(`renders valid objects: ${label}`, () => {
       const objs = template([...sets], ['--include-crds']);
@@ -87,6 +104,42 @@ describe('chart, CRDs and examples', function () {
     assert.equal(secret.stringData.NATS_URL, 'nats://nats.example:4222');
     assert.equal(external.filter((o) => o.kind === 'ServiceMonitor').length, 1);
     assert.equal(external.filter((o) => o.kind === 'NetworkPolicy').length, 0);
+  });
+
+  it('renders the alert rules and the Grafana dashboard when enabled', () => {
+    const objs = template([...REQUIRED, 'metrics.prometheusRule.enabled=true', 'grafana.dashboards.enabled=true', 'grafana.dashboards.namespace=monitoring']);
+    const rule = objs.find((o) => o.kind === 'PrometheusRule')!;
+    assert.ok(rule.spec.groups[0].rules.some((r: Obj) => r.alert === 'SwitchboardSessionsDisconnected'));
+    const dashboard = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.namespace === 'monitoring')!;
+    assert.equal(dashboard.metadata.labels.grafana_dashboard, '1');
+    JSON.parse(Object.values<string>(dashboard.data)[0]);
+    assert.equal(template(REQUIRED).filter((o) => o.kind === 'PrometheusRule').length, 0, 'off by default');
+  });
+
+  it('runs every component from one image, with commands that exist in it (deploy/Dockerfile)', () => {
+    const dockerfile = readFileSync(root('deploy/Dockerfile'), 'utf8');
+    const stages = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]);
+    assert.ok(stages.length && stages.every((image) => /^node:24[-.]/.test(image)), `Node 24 LTS: ${stages}`);
+    assert.match(dockerfile, /apt-get install[^\n]*\bffmpeg\b/);
+    const user = /^USER\s+(\S+)/m.exec(dockerfile.slice(dockerfile.lastIndexOf('FROM')))?.[1] ?? '';
+    assert.ok(user && !/^(0|root)(:|$)/.test(user), `the final stage runs as a non-root user (${user})`);
+    assert.match(dockerfile, /^COPY services \.\/services$/m);
+    // npm ci needs the package.json of every workspace before the sources are copied.
+    for (const service of readdirSync(root('services'))) {
+      if (existsSync(root(`services/${service}/package.json`))) assert.ok(dockerfile.includes(`COPY services/${service}/package.json services/${service}/`), `${service}/package.json is copied`);
+    }
+    const objs = template(REQUIRED);
+    const images = new Set<string>();
+    const commands = objs.filter((o) => o.kind === 'Deployment').flatMap((d) => d.spec.template.spec.containers).filter((c: Obj) => c.image.includes('switchboard'));
+    assert.equal(commands.length, 3);
+    const sessionCommand = sessionPod({ metadata: { name: 'i', namespace: 'n', uid: 'u' }, spec: { displayName: 'i' } }, { image: 'x' }).spec!.containers[0].command!;
+    for (const command of [...commands.map((c: Obj) => (images.add(c.image), c.command)), sessionCommand]) {
+      assert.equal(command[0], 'node');
+      assert.ok(existsSync(root(command.at(-1))), `${command.at(-1)} exists`);
+    }
+    assert.equal(images.size, 1, 'one image');
+    const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+    assert.equal(operatorEnv.find((e) => e.name === 'SESSION_IMAGE')!.value, [...images][0], 'session pods run the same image');
   });
 
   it('refuses values that would not work (schema and required values)', () => {

@@ -1,7 +1,7 @@
 // The fake API server must behave like the real one where the operator depends on it; these
 // checks keep it honest (through client-node, as the operator talks to it).
 import assert from 'node:assert/strict';
-import { CoreV1Api, CustomObjectsApi, Watch } from '@kubernetes/client-node';
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, Watch, setHeaderOptions } from '@kubernetes/client-node';
 import { GROUP, INSTANCES, VERSION } from '../src/resources.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
 import { NAMESPACE, eventually, kubeConfigFor, startFake } from './helpers.ts';
@@ -70,5 +70,19 @@ describe('fake Kubernetes API server', () => {
     await watch.watch(path, { resourceVersion: list.metadata.resourceVersion }, (type, o) => gone.push({ type, code: o.code }), () => (ended = true));
     await eventually(() => ended);
     assert.deepEqual(gone, [{ type: 'ERROR', code: 410 }]);
+  });
+
+  it('enforces the CRDs\' CEL rules: name length and form, resetRequestedAt only moving forward', async () => {
+    const invalid = (e: { code?: number; body?: unknown }) => e.code === 422;
+    await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('i'.repeat(41)) }), invalid);
+    await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('Bad_Name') }), invalid);
+    await custom.createNamespacedCustomObject({ ...ref, body: body('i'.repeat(40)) });
+    await custom.createNamespacedCustomObject({ ...ref, body: body('cel-reset', { displayName: 'R', resetRequestedAt: '2030-01-01T00:00:00Z' }) });
+    const patch = (spec: Record<string, unknown>) =>
+      custom.patchNamespacedCustomObject({ ...ref, name: 'cel-reset', body: { spec } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    await assert.rejects(patch({ resetRequestedAt: '2029-12-31T23:59:59Z' }), invalid);
+    await assert.rejects(patch({ resetRequestedAt: null }), invalid);
+    await patch({ resetRequestedAt: '2030-01-02T00:00:00Z' });
+    assert.equal(fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, 'cel-reset')!.spec.resetRequestedAt, '2030-01-02T00:00:00Z');
   });
 });

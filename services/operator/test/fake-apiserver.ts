@@ -3,8 +3,9 @@
 // resourceVersion + 409 on stale writes, list/watch with bookmarks and 410 Gone for compacted
 // history, the status subresource, finalizers and deletionTimestamp, graceful pod deletion,
 // garbage collection of dependents through ownerReferences, merge/JSON/apply patches (apply with
-// per-manager field ownership and conflicts), and CRD schema validation with defaults.
-// Not implemented: CEL rules, admission, field selectors, protobuf, authentication.
+// per-manager field ownership and conflicts), and CRD schema validation with defaults and
+// x-kubernetes-validations rules (CEL, through the subset in cel.ts; transition rules on update).
+// Not implemented: admission, field selectors, protobuf, authentication.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
@@ -12,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
+import { compileCel } from './cel.ts';
 
 type Obj = Record<string, any>;
 
@@ -22,6 +24,8 @@ interface ResourceType {
   kind: string;
   hasStatus: boolean;
   validate?: ValidateFunction;
+  /** The version's openAPIV3Schema, for its x-kubernetes-validations rules. */
+  schema?: Obj;
 }
 
 interface WatchEvent {
@@ -78,6 +82,8 @@ export class FakeApiServer {
   private port = 0;
   /** Every request as "METHOD path", for assertions. */
   readonly requests: string[] = [];
+  /** Every refused request as "METHOD path STATUS" (injected failures excluded). */
+  readonly refused: string[] = [];
 
   constructor(private readonly options: FakeApiServerOptions = {}) {
     for (const t of BUILTIN) this.types.set(typeKeyOf(t.group, t.version, t.plural), t);
@@ -93,6 +99,7 @@ export class FakeApiServer {
           kind: crd.spec.names.kind,
           hasStatus: Boolean(v.subresources?.status),
           validate: ajv.compile(v.schema.openAPIV3Schema),
+          schema: v.schema.openAPIV3Schema,
         });
       }
     }
@@ -211,7 +218,10 @@ export class FakeApiServer {
           return sendStatus(res, 405, 'MethodNotAllowed', `${method} is not supported here`);
       }
     } catch (err) {
-      if (err instanceof ApiError) return sendStatus(res, err.status, err.reason, err.message);
+      if (err instanceof ApiError) {
+        this.refused.push(`${method} ${url.pathname} ${err.status}`);
+        return sendStatus(res, err.status, err.reason, err.message);
+      }
       return sendStatus(res, 500, 'InternalError', String(err));
     }
   }
@@ -413,7 +423,7 @@ export class FakeApiServer {
   private commit(route: Route, key: string, current: Obj, next: Obj): Obj {
     const specChanged = JSON.stringify(strip(current)) !== JSON.stringify(strip(next));
     if (specChanged && !route.status) next.metadata.generation = (current.metadata.generation ?? 1) + 1;
-    this.validate(route.type, next);
+    this.validate(route.type, next, current);
     if (JSON.stringify(next) === JSON.stringify({ ...current, metadata: { ...current.metadata, resourceVersion: next.metadata.resourceVersion } })) {
       return clone(current); // a no-op write does not change the resourceVersion
     }
@@ -427,7 +437,7 @@ export class FakeApiServer {
     return this.save(route.typeKey, key, next, 'MODIFIED');
   }
 
-  private validate(type: ResourceType, o: Obj): void {
+  private validate(type: ResourceType, o: Obj, old?: Obj): void {
     if (type.kind === 'Lease') {
       for (const f of ['acquireTime', 'renewTime']) {
         if (o.spec?.[f] !== undefined && !MICRO_TIME.test(o.spec[f])) {
@@ -444,6 +454,8 @@ export class FakeApiServer {
       const detail = (type.validate.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message}`).join('; ');
       throw new ApiError(422, 'Invalid', `${type.kind}.${type.group} "${(o as Obj).metadata?.name}" is invalid: ${detail}`);
     }
+    const broken = type.schema ? ruleViolations(type.schema, o, old, '') : [];
+    if (broken.length) throw new ApiError(422, 'Invalid', `${type.kind}.${type.group} "${o.metadata?.name}" is invalid: ${broken.join('; ')}`);
   }
 
   private save(typeKey: string, key: string, o: Obj, type: WatchEvent['type']): Obj {
@@ -516,6 +528,33 @@ export class FakeApiServer {
 }
 
 // ---- helpers ----
+
+const compiledRules = new Map<string, ReturnType<typeof compileCel>>();
+
+/** x-kubernetes-validations of the schema, evaluated where the value is present; rules using oldSelf only on update. */
+function ruleViolations(schema: Obj, value: unknown, old: unknown, path: string): string[] {
+  if (value === undefined) return [];
+  const out: string[] = [];
+  for (const { rule, message } of schema['x-kubernetes-validations'] ?? []) {
+    if (/\boldSelf\b/.test(rule) && old === undefined) continue;
+    let fn = compiledRules.get(rule);
+    if (!fn) compiledRules.set(rule, (fn = compileCel(rule)));
+    let ok: unknown;
+    try {
+      ok = fn({ self: value, oldSelf: old });
+    } catch (err) {
+      ok = String(err);
+    }
+    if (ok !== true) out.push(`${path || '<root>'}: Invalid value: ${message ?? `failed rule: ${rule}`}`);
+  }
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    for (const [k, sub] of Object.entries<Obj>(schema.properties ?? {})) {
+      out.push(...ruleViolations(sub, (value as Obj)[k], (old as Obj | undefined)?.[k], `${path}.${k}`));
+    }
+  }
+  if (Array.isArray(value) && schema.items) value.forEach((v, i) => out.push(...ruleViolations(schema.items, v, undefined, `${path}[${i}]`)));
+  return out;
+}
 
 interface Route {
   type: ResourceType;

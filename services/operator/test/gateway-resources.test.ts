@@ -46,8 +46,10 @@ describe('gateway: KubernetesInstanceResources', () => {
   });
 
   it('requests a reset without touching the other fields, and deletes idempotently', async () => {
-    await resources.requestReset('inst-a', new Date('2031-02-03T04:05:06.789Z'));
-    assert.deepEqual(get('inst-a')!.spec, { displayName: 'Gateway name', paused: true, resetRequestedAt: '2031-02-03T04:05:06Z' });
+    await resources.requestReset('inst-a', new Date('2031-02-03T04:05:06.100Z'));
+    await resources.requestReset('inst-a', new Date('2031-02-03T04:05:06.789Z')); // same second: still a new request
+    assert.deepEqual(get('inst-a')!.spec, { displayName: 'Gateway name', paused: true, resetRequestedAt: '2031-02-03T04:05:06.789Z' });
+    assert.equal(get('inst-a')!.metadata.generation, 5);
     await resources.delete('inst-a');
     assert.equal(get('inst-a'), undefined);
     await resources.delete('inst-a'); // already gone: fine

@@ -1,6 +1,7 @@
 // Shared set-up of the operator tests: a fake API server with our CRDs, a real PostgreSQL
-// database, a KubeConfig pointing at the fake, and a polling assertion helper.
+// database, a KubeConfig pointing at the fake, a cuttable link to it, and a polling assertion helper.
 import { randomBytes } from 'node:crypto';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Crypto, createLogger, migrate, openDatabase, type Db } from '@switchboard/core';
@@ -63,5 +64,47 @@ export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 800
     }
     if (Date.now() > deadline) throw lastError;
     await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** A TCP proxy in front of the fake API server whose link can be cut: a partitioned or crashed replica. */
+export class LinkProxy {
+  private server?: Server;
+  private readonly sockets = new Set<Socket>();
+  private up = true;
+
+  constructor(private readonly target: string) {}
+
+  async start(): Promise<string> {
+    const { port, hostname } = new URL(this.target);
+    this.server = createServer((client) => {
+      if (!this.up) return client.destroy();
+      const upstream = connect(Number(port), hostname);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => {});
+      }
+      client.pipe(upstream).pipe(client);
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** Drops every open connection and refuses new ones until restore(). */
+  cut(): void {
+    this.up = false;
+    for (const s of this.sockets) s.destroy();
+  }
+
+  restore(): void {
+    this.up = true;
+  }
+
+  async stop(): Promise<void> {
+    this.cut();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
 }

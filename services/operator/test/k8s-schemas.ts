@@ -229,6 +229,38 @@ export const K8S_SCHEMAS: Record<string, Schema> = {
       properties: { selector: labelSelector, podMetricsEndpoints: { type: 'array', minItems: 1, items: { type: 'object', additionalProperties: false, properties: { port: str, path: str, interval: { type: 'string', pattern: '^[0-9]+(ms|s|m|h)$' }, scheme: str } } } },
     },
   }, ['spec']),
+  'monitoring.coreos.com/v1/PrometheusRule': kind('monitoring.coreos.com/v1', 'PrometheusRule', {
+    spec: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['groups'],
+      properties: {
+        groups: {
+          type: 'array',
+          minItems: 1,
+          items: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['name', 'rules'],
+            properties: {
+              name: str,
+              interval: { type: 'string', pattern: '^[0-9]+(ms|s|m|h)$' },
+              rules: {
+                type: 'array',
+                items: {
+                  type: 'object',
+                  additionalProperties: false,
+                  required: ['expr'],
+                  oneOf: [{ required: ['alert'] }, { required: ['record'] }],
+                  properties: { alert: str, record: str, expr: { type: 'string', minLength: 1 }, for: { type: 'string', pattern: '^([0-9]+(ms|s|m|h|d|w|y))+$' }, labels: stringMap, annotations: stringMap },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  }, ['spec']),
   'apiextensions.k8s.io/v1/CustomResourceDefinition': kind('apiextensions.k8s.io/v1', 'CustomResourceDefinition', {
     spec: { type: 'object', required: ['group', 'names', 'scope', 'versions'], properties: { group: dnsSubdomain, scope: { enum: ['Namespaced', 'Cluster'] }, names: { type: 'object', required: ['plural', 'kind'] }, versions: { type: 'array', minItems: 1, items: { type: 'object', required: ['name', 'served', 'storage', 'schema'] } } } },
   }, ['spec']),

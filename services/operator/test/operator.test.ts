@@ -21,6 +21,12 @@ describe('operator: Instance and Project reconciliation', function () {
   let kubectl: CustomObjectsApi;
   /** Set while the reset erases the pairing: proves the session pod was gone at that moment. */
   let podsDuringReset: number[];
+  /** Called once by the next reset (then cleared), after the pairing is erased. */
+  let afterNextReset: ((id: string) => void) | undefined;
+  /** Session pods present each time the records of a deleted instance were deleted. */
+  let podsDuringDelete: number[] = [];
+  /** While true, deleting an instance's records fails (a database outage during the finalizer). */
+  let failRecordDeletes = false;
 
   before(async () => {
     fake = await startFake();
@@ -29,7 +35,16 @@ describe('operator: Instance and Project reconciliation', function () {
     store = new (class extends InstanceStore {
       override async resetSession(id: string, paused: boolean): Promise<void> {
         podsDuringReset.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
-        return super.resetSession(id, paused);
+        await super.resetSession(id, paused);
+        const hook = afterNextReset;
+        afterNextReset = undefined;
+        hook?.(id);
+      }
+
+      override async delete(id: string): Promise<void> {
+        podsDuringDelete.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
+        if (failRecordDeletes) throw new Error('database unavailable');
+        return super.delete(id);
       }
     })(t.db, t.crypto);
     const kubeConfig = kubeConfigFor(fake.url);
@@ -86,6 +101,12 @@ describe('operator: Instance and Project reconciliation', function () {
   });
 
   it('mirrors the session state and phone from the database into the status', async () => {
+    await t.db('instances').where({ id: 'inst-kubectl' }).update({ state: 'awaiting_scan' });
+    await eventually(() => {
+      assert.equal(instance('inst-kubectl')?.status?.state, 'awaiting_scan');
+      assert.equal(condition('inst-kubectl', 'Connected')?.status, 'False');
+      assert.equal(condition('inst-kubectl', 'Connected')?.reason, 'AwaitingScan');
+    });
     await t.db('instances').where({ id: 'inst-kubectl' }).update({ state: 'connected', phone: '5511999990000' });
     await eventually(() => {
       assert.equal(instance('inst-kubectl')?.status?.state, 'connected');
@@ -129,6 +150,70 @@ describe('operator: Instance and Project reconciliation', function () {
     const record = await row('inst-kubectl');
     assert.equal(record.phone, null);
     assert.equal(record.state, 'starting');
+  });
+
+  it('records a finished reset before it starts the new pod, so a conflict never restarts the fresh session', async () => {
+    await createInstance('inst-reset-409', { displayName: 'Reset conflict' });
+    await eventually(() => assert.ok(pod('inst-reset-409') && condition('inst-reset-409', 'Ready')?.reason === 'SessionRunning'));
+    podsDuringReset = [];
+    // The status write that follows the erase meets a concurrent writer (409).
+    afterNextReset = (id) => fake.injectFailure(1, (method, path) => method === 'PUT' && path.endsWith(`/instances/${id}/status`));
+    await patchSpec('inst-reset-409', { resetRequestedAt: '2030-01-01T00:00:00Z' });
+    await eventually(() => {
+      assert.equal(instance('inst-reset-409')?.status?.lastResetAt, '2030-01-01T00:00:00Z');
+      assert.ok(pod('inst-reset-409') && !pod('inst-reset-409')!.metadata.deletionTimestamp);
+    });
+    const settled = pod('inst-reset-409')!.metadata.uid;
+    await new Promise((r) => setTimeout(r, 400));
+    await controller.idle();
+    assert.equal(pod('inst-reset-409')?.metadata.uid, settled, 'the new session pod was not stopped again');
+    const starts = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === 'inst-reset-409' && e.reason === 'SessionStarted');
+    assert.equal(starts.length, 2, 'one pod before the reset, one after');
+    assert.ok(podsDuringReset.length >= 1 && podsDuringReset.every((n) => n === 0), `pods during reset: ${podsDuringReset}`);
+  });
+
+  it('replaces an outdated or failed session pod, creating the new one only after the old one is gone', async () => {
+    await createInstance('inst-upgrade', { displayName: 'Upgrade' });
+    const first = await eventually(() => {
+      const p = pod('inst-upgrade');
+      assert.ok(p);
+      return p;
+    });
+    // A pod made from an older template (an upgrade changed the image or settings).
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.metadata.annotations['switchboard.dev/template-hash'] = 'older-template'));
+    const second = await eventually(() => {
+      const p = pod('inst-upgrade');
+      assert.ok(p && p.metadata.uid !== first.metadata.uid && !p.metadata.deletionTimestamp);
+      assert.equal(p.metadata.annotations['switchboard.dev/template-hash'], first.metadata.annotations['switchboard.dev/template-hash']);
+      return p;
+    });
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.status = { phase: 'Failed' }));
+    await eventually(() => {
+      const p = pod('inst-upgrade');
+      assert.ok(p && p.metadata.uid !== second.metadata.uid && p.status.phase === 'Running');
+      assert.equal(condition('inst-upgrade', 'Ready')?.reason, 'SessionRunning');
+    });
+    const starts = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === 'inst-upgrade' && e.reason === 'SessionStarted');
+    assert.equal(starts.length, 3);
+    assert.deepEqual(fake.refused.filter((r) => r.startsWith(`POST /api/v1/namespaces/${NAMESPACE}/pods `)), [], 'no pod create was tried while the old pod still existed');
+  });
+
+  it('keeps a deleted Instance (finalizer) until its session is stopped and its records are deleted', async () => {
+    await createInstance('inst-final', { displayName: 'Final' });
+    await eventually(() => assert.ok(pod('inst-final')));
+    podsDuringDelete = [];
+    failRecordDeletes = true;
+    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-final' });
+    await eventually(() => assert.ok(podsDuringDelete.length >= 2));
+    assert.ok(instance('inst-final')?.metadata.deletionTimestamp, 'the resource stays while its records cannot be deleted');
+    assert.ok(await row('inst-final'));
+    assert.equal(pod('inst-final'), undefined);
+    failRecordDeletes = false;
+    await eventually(async () => {
+      assert.equal(instance('inst-final'), undefined);
+      assert.equal(await row('inst-final'), undefined);
+    });
+    assert.ok(podsDuringDelete.every((n) => n === 0), `the records went only once no session pod existed: ${podsDuringDelete}`);
   });
 
   it('deletes with the finalizer: pod stopped, records deleted, then the resource and its Secret go', async () => {

@@ -70,7 +70,8 @@ export class KubernetesInstanceResources {
   /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */
   async requestReset(id: string, now = new Date()): Promise<void> {
     // A merge patch, not an apply: an apply of this one field would drop the others the gateway owns.
-    const body = { spec: { resetRequestedAt: now.toISOString().replace(/\.\d+Z$/, 'Z') } };
+    // Milliseconds kept: a second reset within the same second must still be a new request.
+    const body = { spec: { resetRequestedAt: now.toISOString() } };
     await this.call(() =>
       this.api.patchNamespacedCustomObject(
         { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id, body, fieldManager: FIELD_MANAGER },

@@ -1,0 +1,73 @@
+// The operator's informer (src/informer.ts) against the fake API server: periodic resync hands
+// every cached object to the handler again, and watches the API server ends (timeoutSeconds) or
+// that break are resumed without losing events.
+import assert from 'node:assert/strict';
+import { CustomObjectsApi } from '@kubernetes/client-node';
+import { ResilientInformer } from '../src/informer.ts';
+import { GROUP, INSTANCES, VERSION, type Instance } from '../src/resources.ts';
+import type { FakeApiServer } from './fake-apiserver.ts';
+import { NAMESPACE, eventually, kubeConfigFor, startFake } from './helpers.ts';
+
+describe('operator: informer', function () {
+  this.timeout(15_000);
+  let fake: FakeApiServer;
+  let custom: CustomObjectsApi;
+  let informer: ResilientInformer<Instance> | undefined;
+  const ref = { group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES };
+  const create = (name: string) => custom.createNamespacedCustomObject({ ...ref, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name }, spec: { displayName: name } } });
+  const path = `/apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances`;
+
+  beforeEach(async () => {
+    fake = await startFake();
+    custom = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
+  });
+  afterEach(async () => {
+    await informer?.stop();
+    await fake.stop();
+  });
+
+  function start(seen: string[], options: { resyncMs?: number; watchTimeoutSeconds?: () => number } = {}) {
+    informer = new ResilientInformer<Instance>({
+      kubeConfig: kubeConfigFor(fake.url),
+      path,
+      list: () => custom.listNamespacedCustomObject(ref) as never,
+      onObject: (o, deleted) => seen.push(`${deleted ? 'deleted' : 'seen'} ${o.metadata.name}`),
+      restartMinMs: 50,
+      ...options,
+    });
+    return informer.start();
+  }
+
+  it('resyncs: hands every cached object to the handler again at the interval, with no change made', async () => {
+    await create('inst-quiet');
+    const seen: string[] = [];
+    await start(seen, { resyncMs: 100 });
+    await eventually(() => assert.ok(seen.filter((s) => s === 'seen inst-quiet').length >= 4));
+    assert.equal(fake.requests.filter((r) => r === `GET ${path}`).length, 1, 'from the cache: no relisting');
+  });
+
+  it('resumes watches the API server ends at their timeout, from the last resourceVersion', async () => {
+    const seen: string[] = [];
+    await start(seen, { resyncMs: 60_000, watchTimeoutSeconds: () => 1 });
+    await new Promise((r) => setTimeout(r, 1300)); // the first watch has ended by now
+    await create('inst-late');
+    await eventually(() => assert.ok(seen.includes('seen inst-late')));
+    assert.ok(fake.requests.filter((r) => r === `GET ${path}?watch`).length >= 2, 'watched again');
+    assert.equal(fake.requests.filter((r) => r === `GET ${path}`).length, 1, 'resumed, not relisted');
+  });
+
+  it('restarts after the watch breaks while the API server refuses, and sees what changed meanwhile', async () => {
+    await create('inst-kept');
+    const seen: string[] = [];
+    await start(seen);
+    await eventually(() => assert.ok(seen.includes('seen inst-kept')));
+    fake.setUnavailable(true);
+    fake.breakWatches();
+    await new Promise((r) => setTimeout(r, 200)); // restarts fail and back off
+    fake.setUnavailable(false);
+    await custom.deleteNamespacedCustomObject({ ...ref, name: 'inst-kept' });
+    await create('inst-new');
+    await eventually(() => assert.ok(seen.includes('deleted inst-kept') && seen.includes('seen inst-new')));
+    assert.equal(informer!.get('inst-kept', NAMESPACE), undefined);
+  });
+});
