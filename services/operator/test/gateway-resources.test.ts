@@ -2,6 +2,7 @@
 // against the fake API server: server-side apply with field manager `gateway`, reset and delete,
 // and a clear 503 problem while the Kubernetes API is unavailable.
 import assert from 'node:assert/strict';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { Problem } from '@switchboard/core';
 import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instance-resources.ts';
@@ -69,7 +70,17 @@ describe('gateway: KubernetesInstanceResources', () => {
   });
 
   it('answers 503 when the API hangs instead of refusing', async () => {
-    const hanging = new KubernetesInstanceResources(kubeConfigFor('http://10.255.255.1:6443').makeApiClient(CustomObjectsApi), NAMESPACE, { timeoutMs: 200 });
-    await assert.rejects(hanging.requestReset('inst-x'), (err: unknown) => err instanceof Problem && err.status === 503);
+    // A loopback listener that accepts connections and never answers, like a wedged API server.
+    const sockets = new Set<Socket>();
+    const silent = createServer((socket) => sockets.add(socket.on('error', () => undefined)));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+      const hanging = new KubernetesInstanceResources(kubeConfigFor(url).makeApiClient(CustomObjectsApi), NAMESPACE, { timeoutMs: 200 });
+      await assert.rejects(hanging.requestReset('inst-x'), (err: unknown) => err instanceof Problem && err.status === 503);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
   });
 });

@@ -50,7 +50,13 @@ export const instanceRoutes = [
       const [row] = await deps.db('instances')
         .insert({ id: newResourceId('inst'), name: body.name, project_id: body.projectId ?? null, state: 'stopped', paused: false, ...columns })
         .returning('*');
-      await mirror(deps, row);
+      try {
+        await mirror(deps, row);
+      } catch (err) {
+        // No resource, no instance: the client's retry must not find a half-made one (the 503 says retry).
+        await deps.db('instances').where({ id: row.id }).delete();
+        throw err;
+      }
       return { status: 201, body: { ...(await instanceRecord(row)), apiToken: token } };
     },
   }),
@@ -72,13 +78,14 @@ export const instanceRoutes = [
     body: InstancePatchBody,
     responses: { 200: InstanceRecord, 404: 'absent' },
     handler: async ({ deps, params, body }) => {
-      await loadInstance(deps, params.id);
+      const current = await loadInstance(deps, params.id);
       await assertProjectExists(deps, body.projectId);
       const changes: Record<string, unknown> = { updated_at: deps.db.fn.now() };
       if (body.name !== undefined) changes.name = body.name;
       if (body.projectId !== undefined) changes.project_id = body.projectId;
+      // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
+      await mirror(deps, { ...current, name: changes.name ?? current.name, project_id: changes.project_id !== undefined ? changes.project_id : current.project_id });
       const [row] = await deps.db('instances').where({ id: params.id }).update(changes).returning('*');
-      await mirror(deps, row);
       return { body: await instanceRecord(row) };
     },
   }),

@@ -1,0 +1,72 @@
+// The gateway process in cluster mode (KUBECONFIG set) against the fake API server: the API's
+// instance operations become Instance resources, and while the Kubernetes API is unavailable the
+// operations that need it answer 503 and leave no half-made instance behind.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startCluster, type Cluster } from '../../../test/support/cluster.ts';
+import { ApiClient } from '../../../test/support/http.ts';
+import { createTestDatabase, NATS_URL, testNamespace } from '../../../test/support/services.ts';
+import { GROUP, INSTANCES, VERSION } from '../src/resources.ts';
+import type { FakeApiServer } from './fake-apiserver.ts';
+import { NAMESPACE, kubeConfigFor, startFake } from './helpers.ts';
+
+describe('gateway process in cluster mode (fake Kubernetes API)', function () {
+  this.timeout(60_000);
+  let fake: FakeApiServer;
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+  let cluster: Cluster;
+  let admin: ApiClient;
+  const dir = mkdtempSync(join(tmpdir(), 'sb-kubeconfig-'));
+  const resource = (name: string) => fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, name);
+
+  before(async () => {
+    fake = await startFake();
+    const kubeconfig = join(dir, 'config');
+    writeFileSync(kubeconfig, kubeConfigFor(fake.url).exportConfig());
+    database = await createTestDatabase();
+    cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace: testNamespace(), dispatchers: 0, env: { KUBECONFIG: kubeconfig } });
+    admin = new ApiClient(cluster.url, cluster.adminKey);
+  });
+  after(async () => {
+    await cluster?.stop();
+    await database?.drop();
+    await fake?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('creates, renames, pauses and deletes the Instance resource with the API', async () => {
+    const created = await admin.post('/api/instances', { name: 'Cluster line' });
+    assert.equal(created.status, 201);
+    const id = created.body.id;
+    assert.equal(resource(id)?.spec.displayName, 'Cluster line');
+
+    assert.equal((await admin.patch(`/api/instances/${id}`, { name: 'Renamed line' })).status, 200);
+    assert.equal(resource(id)?.spec.displayName, 'Renamed line');
+
+    assert.equal((await admin.post(`/api/instances/${id}/disconnect`)).status, 200);
+    assert.equal(resource(id)?.spec.paused, true);
+
+    assert.equal((await admin.delete(`/api/instances/${id}`)).status, 200);
+    assert.equal(resource(id), undefined);
+  });
+
+  it('answers 503 while the Kubernetes API is unavailable and keeps the records unchanged', async () => {
+    const kept = (await admin.post('/api/instances', { name: 'Kept line' })).body;
+    fake.setUnavailable(true);
+    try {
+      const before = (await admin.get('/api/instances')).body.data.length;
+      const refused = await admin.post('/api/instances', { name: 'Refused line' });
+      assert.equal(refused.status, 503);
+      assert.equal(refused.body.code, 'kubernetes_unavailable');
+      assert.equal((await admin.get('/api/instances')).body.data.length, before, 'no half-made instance is left behind');
+
+      assert.equal((await admin.patch(`/api/instances/${kept.id}`, { name: 'Not renamed' })).status, 503);
+      assert.equal((await admin.get(`/api/instances/${kept.id}`)).body.name, 'Kept line');
+    } finally {
+      fake.setUnavailable(false);
+    }
+    assert.equal((await admin.post('/api/instances', { name: 'Accepted again' })).status, 201);
+  });
+});
