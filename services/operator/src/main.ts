@@ -2,7 +2,7 @@
 // only the leader runs the controller. Losing the lease ends the process (the Deployment starts
 // a fresh one that campaigns again), so a stale leader never keeps reconciling.
 import { KubeConfig } from '@kubernetes/client-node';
-import { ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer } from '@switchboard/core';
+import { ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { InstanceStore } from './instance-store.ts';
 import { Operator } from './operator.ts';
 import { loadOperatorConfig } from './operator-config.ts';
@@ -12,6 +12,8 @@ async function start(): Promise<() => Promise<void>> {
   const operator = loadOperatorConfig();
   if (!config.databaseUrl) throw new ConfigError(['DATABASE_URL: required for the operator (cluster mode uses PostgreSQL)']);
   if (!config.encryptionKey) throw new ConfigError(['ENCRYPTION_KEY: required for the operator (instance tokens are sealed with it)']);
+  // Traces the operator's pg queries and Kubernetes API calls (off unless OTEL_* configures an exporter).
+  const telemetry = await startTelemetry({ serviceName: 'switchboard-operator' });
   const logger = createLogger({ level: config.logLevel, name: 'operator' });
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolMax: 4 });
   await migrate(db);
@@ -39,6 +41,7 @@ async function start(): Promise<() => Promise<void>> {
     await health.close();
     await replica.stop(); // releases the lease: a standby takes over without waiting for it to expire
     await db.destroy();
+    await telemetry.shutdown();
   };
 }
 
