@@ -159,6 +159,29 @@ for (const mode of modes) {
       assert.equal(afterCount, Math.min(50, before + 5));
     });
 
+    it('refuses NUL characters and unpaired surrogates with 400 or 404, never a 5xx', async () => {
+      const before = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length;
+      const bad: Record<string, unknown>[] = [
+        { phone: '5511988887777', type: 'text', text: 'a\u0000b' },
+        { phone: '5511988887777', type: 'text', text: 'a\ud800b' },
+        { phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', caption: '\udc00' },
+        { phone: '5511988887777', type: 'document', base64: mediaFixtures.pdf.base64(), mimetype: 'application/pdf', fileName: 'a\u0000.pdf' },
+      ];
+      for (const body of bad) {
+        const res = await send(body);
+        assert.equal(res.status, 400, `${JSON.stringify(body).slice(0, 120)} → ${res.status} ${JSON.stringify(res.body)}`);
+        assert.equal(res.body.code, 'validation_failed');
+      }
+      assert.equal((await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length, before, 'nothing queued');
+      const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'text', text: 'a\u0000b' });
+      assert.equal(inbound.status, 400);
+      for (const path of [`messages/msg%00x`, `media/med%00x`]) {
+        assert.equal((await t.client(inst.apiToken).get(`/api/instances/${inst.id}/${path}`)).status, 404, path);
+      }
+      assert.equal((await t.client(inst.apiToken).request('DELETE', `/api/instances/${inst.id}/messages/msg%00x`)).status, 404);
+      assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'emoji 😀 pairs are fine' })).status, 202);
+    });
+
     it('refuses media over 32 MiB with 413 and accepts exactly 32 MiB', async function () {
       this.timeout(120_000);
       const exact = Buffer.alloc(32 * 1024 * 1024, 7);

@@ -1,6 +1,7 @@
 export * from './config.ts';
 export * from './problem.ts';
 export * from './ids.ts';
+export * from './text.ts';
 export * from './crypto.ts';
 export * from './logger.ts';
 export * from './outbox.ts';

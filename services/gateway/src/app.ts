@@ -13,6 +13,7 @@ import { DEFAULT_BODY_LIMIT, readJsonBody } from './http/body.ts';
 import { parseOrThrow } from './http/validate.ts';
 import type { Route } from './http/route.ts';
 import { allRoutes } from './routes/index.ts';
+import { assertStorableInput, assertStorableParams } from './storable-input.ts';
 import { metricsEndpoint, observeRequests } from './http/observability.ts';
 import { createMetrics } from '@switchboard/core';
 
@@ -45,7 +46,10 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   const params = (ctx as any).params as Record<string, string>;
   const principal = r.auth === 'none' ? undefined : await resolvePrincipal(deps, bearerToken(ctx));
   authorize(r.auth, principal, params.id);
+  assertStorableParams(params);
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
+  assertStorableInput(rawBody, 'body');
+  if (r.query) assertStorableInput(ctx.query, 'query');
   const body = r.body ? parseOrThrow(r.body, rawBody ?? {}, 'body') : undefined;
   const query = r.query ? parseOrThrow(r.query, ctx.query, 'query') : undefined;
   const result = await r.handler({ ctx, deps, principal, params, body, query });

@@ -2,7 +2,7 @@
 // row (once per message id, so a redelivered message is recorded once), its media is archived,
 // and a `message.received` event is recorded in the same statement as the row.
 import type { Knex } from 'knex';
-import { newId, recordEvent, recordEventAfter, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate } from '@switchboard/core';
+import { newId, recordEvent, recordEventAfter, toStorableText, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate } from '@switchboard/core';
 import type { MediaArchive } from './media-archive.ts';
 
 export interface InboundDeps {
@@ -28,7 +28,8 @@ interface StoredMediaInfo {
 }
 
 /** Records one inbound message. Returns false when it had been recorded before. */
-export async function recordInbound(deps: InboundDeps, msg: InboundMessage): Promise<boolean> {
+export async function recordInbound(deps: InboundDeps, received: InboundMessage): Promise<boolean> {
+  const msg = storableMessage(received);
   // The look-up only saves downloading a duplicate's media; without media the insert below
   // (ON CONFLICT … IGNORE) detects a duplicate by itself, one round trip fewer per message.
   if (msg.media && (await alreadyRecorded(deps, msg.messageId))) return false;
@@ -65,6 +66,18 @@ export async function recordInbound(deps: InboundDeps, msg: InboundMessage): Pro
 export async function recordPresence(db: Knex, instanceId: string, update: PresenceUpdate): Promise<void> {
   // One statement (event + outbox row), so no transaction is needed.
   await recordEvent(db, { instanceId, type: 'chat.presence', data: { phone: update.phone, chatLid: update.chatLid, presence: update.presence } });
+}
+
+/** Senders choose texts, names and file names: what PostgreSQL cannot store (NUL, unpaired
+ *  surrogates) is cleaned here, or the insert would fail and the message would be lost. */
+function storableMessage(msg: InboundMessage): InboundMessage {
+  const clean = (text: string | null) => (text === null ? null : toStorableText(text));
+  const media = msg.media && {
+    ...msg.media,
+    mimetype: toStorableText(msg.media.mimetype),
+    ...(msg.media.fileName !== undefined ? { fileName: toStorableText(msg.media.fileName) } : {}),
+  };
+  return { ...msg, name: clean(msg.name), text: clean(msg.text), ...(media ? { media } : {}) };
 }
 
 async function alreadyRecorded(deps: InboundDeps, messageId: string): Promise<boolean> {

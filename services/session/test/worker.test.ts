@@ -198,6 +198,20 @@ for (const nats of [false, true]) {
       assert.equal((await eventsOf(env.db, instanceId, 'message.received')).length, 1);
     });
 
+    it('records a message whose text, name or file name PostgreSQL cannot store, cleaned', async () => {
+      const { recordInbound } = await import('../src/inbound.ts');
+      const deps = { db: env.db, instanceId, media: env.media, downloadTimeoutMs: 1000, log: env.log, isOwnSend: async () => false };
+      const base = { from: '1@s.whatsapp.net', phone: '1', chatLid: null, participant: null, fromMe: false, isGroup: false };
+      assert.equal(await recordInbound(deps, { ...base, messageId: 'NUL1', name: 'Bo\u0000b', type: 'text', text: 'a\u0000b\ud800c' }), true);
+      const media = { mimetype: 'application/pdf', fileName: 'r\u0000.pdf', download: async () => new Uint8Array([1, 2, 3]) };
+      assert.equal(await recordInbound(deps, { ...base, messageId: 'NUL2', name: null, type: 'document', text: null, media }), true);
+      const rows = await env.db('incoming').where({ instance_id: instanceId }).whereIn('message_id', ['NUL1', 'NUL2']).orderBy('message_id');
+      assert.deepEqual([rows[0].name, rows[0].text], ['Bob', 'ab\ufffdc']);
+      const stored = typeof rows[1].media === 'string' ? JSON.parse(rows[1].media) : rows[1].media;
+      assert.equal(stored.fileName, 'r.pdf');
+      assert.equal((await eventsOf(env.db, instanceId, 'message.received')).length, 2);
+    });
+
     it('presence becomes chat.presence', async () => {
       await connect();
       await runtime.call(instanceId, 'sandbox.presence', { from: '5511977776666', presence: 'composing' });

@@ -151,7 +151,9 @@ export class SandboxDriver implements NetworkDriver {
   private async pairWithCode(code: string): Promise<Record<string, unknown>> {
     if (this.state !== 'awaiting_scan') throw problems.conflict('not_awaiting_scan', `The instance is ${this.state}, not awaiting pairing.`);
     if (!this.pairing) throw problems.conflict('no_pairing_code', 'No pairing code was issued.');
-    if (code.toUpperCase() !== this.pairing.code) throw problems.badRequest('invalid_pairing_code', 'The code is not the last issued pairing code.');
+    // As on a phone, the dash shown in the code is optional and case does not matter.
+    const typed = (c: string) => c.toUpperCase().replace(/[^A-Z0-9]/g, '');
+    if (typed(code) !== typed(this.pairing.code)) throw problems.badRequest('invalid_pairing_code', 'The code is not the last issued pairing code.');
     return this.completePairing(this.pairing.phone);
   }
 
