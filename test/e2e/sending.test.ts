@@ -304,27 +304,39 @@ for (const mode of modes) {
   });
 }
 
-describe('send queue limit', function () {
-  this.timeout(120_000);
-  let t: TestServer;
-  before(async () => {
-    t = await startTestServer({ storage: 'postgres' });
-  });
-  after(async () => t?.stop());
+for (const storage of ['postgres', 'pglite'] as const) {
+  describe(`send queue limit (${storage})`, function () {
+    this.timeout(120_000);
+    let t: TestServer;
+    before(async () => {
+      t = await startTestServer({ storage });
+    });
+    after(async () => t?.stop());
 
-  it('answers 429 queue_full beyond 1000 queued sends', async () => {
-    const inst = (await t.admin.post('/api/instances', { name: 'Never connected' })).body;
-    const body = { phone: '5511988887777', type: 'text', text: 'queued' };
-    for (let i = 0; i < 1000; i += 50) {
-      const batch = await Promise.all(Array.from({ length: 50 }, () => t.admin.post(`/api/instances/${inst.id}/messages`, body)));
-      assert.ok(batch.every((r) => r.status === 202), JSON.stringify(batch.find((r) => r.status !== 202)?.body));
-    }
-    const full = await t.admin.post(`/api/instances/${inst.id}/messages`, body);
-    assert.equal(full.status, 429);
-    assert.equal(full.body.code, 'queue_full');
-  });
+    it('answers 429 queue_full beyond 1000 queued sends, exactly under concurrency, and frees a slot per item leaving the queue', async () => {
+      const inst = (await t.admin.post('/api/instances', { name: 'Never connected' })).body;
+      const body = { phone: '5511988887777', type: 'text', text: 'queued' };
+      const send = () => t.admin.post(`/api/instances/${inst.id}/messages`, body);
+      for (let i = 0; i < 990; i += 55) {
+        const batch = await Promise.all(Array.from({ length: Math.min(55, 990 - i) }, send));
+        assert.ok(batch.every((r) => r.status === 202), JSON.stringify(batch.find((r) => r.status !== 202)?.body));
+      }
+      // 30 at once for the last 10 slots: exactly 10 get in.
+      const edge = await Promise.all(Array.from({ length: 30 }, send));
+      assert.equal(edge.filter((r) => r.status === 202).length, 10);
+      const refused = edge.filter((r) => r.status === 429);
+      assert.equal(refused.length, 20);
+      assert.equal(refused[0].body.code, 'queue_full');
+      assert.ok(Number(refused[0].headers.get('retry-after')) > 0);
 
-});
+      // Cancelling one queued item frees exactly one slot.
+      const queued = edge.find((r) => r.status === 202)!.body.id;
+      assert.equal((await t.admin.delete(`/api/instances/${inst.id}/messages/${queued}`)).status, 200);
+      assert.equal((await send()).status, 202);
+      assert.equal((await send()).status, 429);
+    });
+  });
+}
 
 describe('send expiry', function () {
   this.timeout(60_000);

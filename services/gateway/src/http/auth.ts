@@ -6,7 +6,15 @@ import { problems, safeEqual, TOKEN_PREFIXES } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { Auth } from './route.ts';
 
-export type Principal = { kind: 'admin' } | { kind: 'instance'; instanceId: string; via: 'token' | 'app' };
+export type Principal =
+  | { kind: 'admin' }
+  | {
+      kind: 'instance';
+      instanceId: string;
+      via: 'token' | 'app';
+      /** The instance's row, read by the token lookup itself: the hot send path needs no second read. */
+      row?: Record<string, any>;
+    };
 
 export const INSTANCE_TOKEN_PREFIX = TOKEN_PREFIXES.instance;
 export const APP_KEY_PREFIX = TOKEN_PREFIXES.integration;
@@ -22,8 +30,8 @@ export async function resolvePrincipal(deps: GatewayDeps, token: string | undefi
   if (safeEqual(token, deps.adminKey)) return { kind: 'admin' };
   const hash = deps.crypto.hashToken(token);
   if (token.startsWith(`${INSTANCE_TOKEN_PREFIX}_`)) {
-    const row = await deps.db('instances').where({ token_hash: hash }).first('id');
-    return row ? { kind: 'instance', instanceId: row.id, via: 'token' } : undefined;
+    const row = await deps.db('instances').where({ token_hash: hash }).first();
+    return row ? { kind: 'instance', instanceId: row.id, via: 'token', row } : undefined;
   }
   if (token.startsWith(`${APP_KEY_PREFIX}_`)) {
     const row = await deps.db('app_keys').where({ key_hash: hash }).whereNull('revoked_at').first('instance_id');

@@ -1,8 +1,11 @@
 // Small lookups shared by several route modules.
 import { problems } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
+import type { Principal } from '../http/auth.ts';
 
-export async function loadInstance(deps: GatewayDeps, id: string): Promise<any> {
+export async function loadInstance(deps: GatewayDeps, id: string, principal?: Principal): Promise<any> {
+  // An instance token's lookup already read this row in this request.
+  if (principal?.kind === 'instance' && principal.instanceId === id && principal.row) return principal.row;
   const row = await deps.db('instances').where({ id }).first();
   if (!row) throw problems.notFound(`Instance ${id}`);
   return row;

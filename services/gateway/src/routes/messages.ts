@@ -22,7 +22,7 @@ export const messageRoutes = [
     body: SendBody,
     bodyLimit: SEND_BODY_LIMIT,
     responses: { 202: Accepted, 400: 'invalid', 409: 'paused, offline or idempotency conflict', 413: 'media too large', 422: 'unsupported option or conversion failure', 429: 'queue full' },
-    handler: async ({ deps, ctx, params, body }) => {
+    handler: async ({ deps, ctx, params, body, principal }) => {
       const rawKey = ctx.get('idempotency-key');
       let key: string | undefined;
       if (rawKey !== '') {
@@ -30,7 +30,7 @@ export const messageRoutes = [
         if (!parsed.success) throw problems.validation([{ path: 'Idempotency-Key', message: 'must be 1 to 128 printable characters' }]);
         key = parsed.data;
       }
-      const instance = await loadInstance(deps, params.id);
+      const instance = await loadInstance(deps, params.id, principal);
       return { status: 202, body: await acceptSend(deps, params.id, body, key, instance) };
     },
   }),

@@ -1,6 +1,6 @@
 // Accepting a send (DESIGN §1 "Send", §5 "Sending"): validate, apply idempotency, store media,
-// then one transaction checks the queue limit and inserts the queue item with its outbox row (one
-// statement). The relay publishes it.
+// then one statement inserts the queue item with its outbox row while the database enforces the
+// queue limit. The relay publishes it.
 import { createHash } from 'node:crypto';
 import {
   newId,
@@ -11,6 +11,8 @@ import {
   subjects,
   inSpan,
   injectTraceparent,
+  QUEUE_FULL_SQLSTATE,
+  SEND_QUEUE_LIMIT,
   type Db,
 } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
@@ -18,7 +20,7 @@ import type { SendRequest } from '../schemas.ts';
 import { settingsOf } from '../records.ts';
 import { prepareMedia } from './media.ts';
 
-export const QUEUE_LIMIT = 1000;
+export const QUEUE_LIMIT = SEND_QUEUE_LIMIT;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
 
 export interface Accepted {
@@ -71,25 +73,20 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     trace_context: injectTraceparent() ?? null,
   };
   try {
-    await deps.db.transaction(async (trx) => {
-      await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('id'); // serialises the queue limit check; NO KEY lets FK checks of other writers through
-      // Counting stops at the limit: a full queue costs no more to check than a nearly full one.
-      const queued = trx('send_items').where({ instance_id: instanceId, status: 'queued' }).limit(QUEUE_LIMIT).select(trx.raw('1'));
-      const [{ count }] = await trx.from(queued.as('q')).count({ count: '*' });
-      if (Number(count) >= QUEUE_LIMIT) {
-        throw new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
-      }
-      // The item and its outbox row in one statement (one round trip fewer).
-      await insertAndEnqueueOutbox(trx, trx('send_items').insert(item).returning('id'), {
-        subject: subjects.command(instanceId),
-        msgId: item.id,
-        payload: JSON.stringify({ id: item.id }),
-        headers: item.trace_context ? { traceparent: item.trace_context } : {},
-      });
+    // The item and its outbox row in one statement; the insert's trigger takes one of the
+    // instance's queue slots or refuses (migration 002_queue_count), so no transaction is needed.
+    await insertAndEnqueueOutbox(deps.db, deps.db('send_items').insert(item).returning('id'), {
+      subject: subjects.command(instanceId),
+      msgId: item.id,
+      payload: JSON.stringify({ id: item.id }),
+      headers: item.trace_context ? { traceparent: item.trace_context } : {},
     });
   } catch (err) {
+    if (sqlState(err) === QUEUE_FULL_SQLSTATE) {
+      throw new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
+    }
     // Two requests with one key raced: the loser answers from the winner's item.
-    if (idempotencyKey && isUniqueViolation(err)) {
+    if (idempotencyKey && sqlState(err) === '23505') {
       const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
       if (reused) return reused;
     }
@@ -127,6 +124,6 @@ export function hashContent(req: SendRequest): string {
   return createHash('sha256').update(JSON.stringify(canonical)).digest('hex');
 }
 
-function isUniqueViolation(err: unknown): boolean {
-  return (err as { code?: string })?.code === '23505';
+function sqlState(err: unknown): string | undefined {
+  return (err as { code?: string })?.code;
 }

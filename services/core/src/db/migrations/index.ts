@@ -2,6 +2,7 @@
 // (tsx), from a bundle and in tests. Append new ones; never edit one that has shipped.
 import type { Knex } from 'knex';
 import * as m001 from './001_foundation.ts';
+import * as m002 from './002_queue_count.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -10,6 +11,7 @@ interface Migration {
 
 const migrations: Record<string, Migration> = {
   '001_foundation': m001,
+  '002_queue_count': m002,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
