@@ -75,7 +75,7 @@ async function main(): Promise<void> {
     accept,
     dispatcher,
     e2e: strip(pipeline.e2e as any),
-    isolation: { alone: strip(pipeline.isolation.alone as any), withBlackHole: strip(pipeline.isolation.withBlackHole as any), ratio: pipeline.isolation.ratio },
+    isolation: { single: strip(pipeline.isolation.single as any), alone: strip(pipeline.isolation.alone as any), withBlackHole: strip(pipeline.isolation.withBlackHole as any), ratio: pipeline.isolation.ratio },
     memory: pipeline.memory,
     table: rows,
   });
@@ -98,7 +98,7 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
   if (wants('pipeline')) {
     const p = await measurePipeline();
     const brief = (w: { p50Ms: number; p99Ms: number; arrived: number; sent: number }) => ({ p50Ms: w.p50Ms, p99Ms: w.p99Ms, arrived: w.arrived, sent: w.sent });
-    out.pipeline = { e2e: brief(p.e2e), isolation: { alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
+    out.pipeline = { e2e: brief(p.e2e), isolation: { single: brief(p.isolation.single), alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
   }
   console.log(JSON.stringify(out, null, 2));
 }
@@ -113,6 +113,7 @@ function measurePipeline() {
   return withServer(() => startBenchCluster({ dispatchers: 1 }), async (b) => {
     const admin = new ApiClient(b.cluster.url, b.cluster.adminKey);
     const healthy = await startHttpsReceiver();
+    const otherHealthy = await startHttpsReceiver();
     const blackHole = await startHttpsReceiver(() => ({ blackHole: true }));
     const db = openDatabase({ databaseUrl: b.databaseUrl, dataDir: '/nonexistent' });
     try {
@@ -134,22 +135,29 @@ function measurePipeline() {
 
       const iso = progress('isolation');
       healthy.requests.length = 0;
-      const aloneRun = await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 100 });
-      const alone = await collectLatency(healthy, aloneRun.started, aloneRun.load);
-      iso(`healthy alone: p99 ${alone.p99Ms.toFixed(1)} ms`);
-      healthy.requests.length = 0;
-      const [withRun] = await Promise.all([
-        driveInbound({ ...base, instanceId: a.id, ratePerSecond: 100 }),
-        driveInbound({ ...base, instanceId: other.id, ratePerSecond: 100 }),
-      ]);
-      const withBlackHole = await collectLatency(healthy, withRun.started, withRun.load);
+      const singleRun = await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 100 });
+      const single = await collectLatency(healthy, singleRun.started, singleRun.load);
+      iso(`healthy instance on its own: p99 ${single.p99Ms.toFixed(1)} ms`);
+      // The ratio compares the same two-instance load with the other destination healthy, then
+      // black-holed: it measures what the black hole costs, not what doubling the load costs.
+      const both = async () => {
+        healthy.requests.length = 0;
+        const [run] = await Promise.all([driveInbound({ ...base, instanceId: a.id, ratePerSecond: 100 }), driveInbound({ ...base, instanceId: other.id, ratePerSecond: 100 })]);
+        return collectLatency(healthy, run.started, run.load);
+      };
+      await setWebhook(admin, other.id, otherHealthy.url('/e2e'));
+      const alone = await both();
+      iso(`healthy next to another healthy destination: p99 ${alone.p99Ms.toFixed(1)} ms`);
+      await setWebhook(admin, other.id, blackHole.url('/e2e'));
+      const withBlackHole = await both();
       iso(`healthy next to a black-holed destination: p99 ${withBlackHole.p99Ms.toFixed(1)} ms (black hole holds ${blackHole.inFlight} requests)`);
 
       const memory = await measureSessionMemory(b.cluster, db, progress('memory'));
-      return { e2e, isolation: { alone, withBlackHole, ratio: withBlackHole.p99Ms / Math.max(alone.p99Ms, 0.001) }, memory };
+      return { e2e, isolation: { single, alone, withBlackHole, ratio: withBlackHole.p99Ms / Math.max(alone.p99Ms, 0.001) }, memory };
     } finally {
       await db.destroy();
       await healthy.close();
+      await otherHealthy.close();
       await blackHole.close();
     }
   });
@@ -178,7 +186,7 @@ function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<Re
   }
   rows.push({ figure: 'inbound → signed webhook, 200 events/s', value: `p50 ${p.e2e.p50Ms.toFixed(1)} ms, p99 ${p.e2e.p99Ms.toFixed(1)} ms (${p.e2e.arrived}/${p.e2e.sent})`, target: 'p99 ≤ 100 ms', pass: p.e2e.p99Ms <= 100 && p.e2e.arrived === p.e2e.sent });
   rows.push({ figure: 'dispatcher → healthy receiver', value: `${dispatcher.dispatcherPerSecond.toFixed(0)} /s (${(dispatcher.ratio * 100).toFixed(0)} %)`, baseline: `${dispatcher.baselinePerSecond.toFixed(0)} /s undici loop`, target: '≥ 60 %', pass: dispatcher.ratio >= 0.6 });
-  rows.push({ figure: 'isolation: healthy p99 with a black hole / alone', value: `${p.isolation.ratio.toFixed(2)} (${p.isolation.withBlackHole.p99Ms.toFixed(1)} / ${p.isolation.alone.p99Ms.toFixed(1)} ms)`, target: '≤ 1.5', pass: p.isolation.ratio <= 1.5 });
+  rows.push({ figure: 'isolation: healthy p99 next to a black-holed / a healthy destination', value: `${p.isolation.ratio.toFixed(2)} (${p.isolation.withBlackHole.p99Ms.toFixed(1)} / ${p.isolation.alone.p99Ms.toFixed(1)} ms)`, target: '≤ 1.5', pass: p.isolation.ratio <= 1.5 });
   rows.push({ figure: 'session worker RSS idle', value: `${p.memory.idleRssMiB.toFixed(1)} MiB` });
   rows.push({ figure: 'session worker RSS after 1000 sends', value: `${p.memory.after1000SendsRssMiB.toFixed(1)} MiB` });
   return rows;
