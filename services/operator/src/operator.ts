@@ -9,7 +9,7 @@ import { LeaderElector, type LeaderElectionOptions } from './leader-election.ts'
 export interface OperatorOptions extends ControllerOptions {
   leaseName: string;
   identity: string;
-  /** Lease timings (defaults: 15 s lease, renew every 10 s). */
+  /** Lease timings (defaults: 15 s lease, renewed every 2 s). */
   election?: Pick<LeaderElectionOptions, 'leaseDurationMs' | 'renewDeadlineMs' | 'renewIntervalMs' | 'retryIntervalMs' | 'now'>;
   /** Called when leadership is lost while running (not on stop()). */
   onLostLeadership: () => void;
