@@ -3,7 +3,6 @@
 // out, and every later write is fenced on that lease value (a replica whose lease expired cannot
 // overwrite the result of the replica that took over).
 import type { Knex } from 'knex';
-import { destinationKeySql } from './destination.ts';
 
 /** What an attempt sends: the exact body, the trace context and the instance's sealed secret. */
 export interface AttemptMaterial {
@@ -41,30 +40,39 @@ export interface ClaimOptions {
 /**
  * Claims due deliveries, at most `perDestinationLimit` (or the destination's free slots) per
  * destination, so a backlog for one receiver is never claimed only to be handed back. Rows are
- * locked FOR UPDATE SKIP LOCKED among a window of the oldest due ones; the ones a destination
- * has no slot for stay locked only for this statement and are left unchanged. The same statement
- * returns what the attempt sends (body, trace context, sealed secret), read at claim time.
+ * locked FOR UPDATE SKIP LOCKED; of each destination's oldest due rows, those beyond the overall
+ * limit stay locked only for this statement and are left unchanged. The same statement returns
+ * what the attempt sends (body, trace context, sealed secret), read at claim time.
  */
 export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
   const exclude = opts.excludeDestinations;
-  const excludeSql = exclude.length ? `AND ${destinationKeySql('url')} NOT IN (${exclude.map(() => '?').join(', ')})` : '';
-  // Enough candidates that one busy destination does not hide the others' due rows.
-  const candidates = opts.limit * 4;
+  const excludeSql = exclude.length ? `AND destinations.destination NOT IN (${exclude.map(() => '?').join(', ')})` : '';
+  // `destinations` walks the distinct destinations with open deliveries through the index
+  // deliveries_due_by_destination (one probe each); `candidates` takes each one's oldest due rows,
+  // as many as it has room for. A saturated or dead destination's backlog is never scanned.
   // Lease values are truncated to milliseconds so they survive the round trip through a JS Date.
   const result = await db.raw(
-    `WITH candidates AS (
-       SELECT event_id, url, next_attempt_at AS due_at FROM deliveries
-       WHERE status IN ('pending', 'retrying') AND next_attempt_at <= now() ${excludeSql}
-       ORDER BY next_attempt_at
-       LIMIT ?
-       FOR UPDATE SKIP LOCKED
-     ), ranked AS (
-       SELECT event_id, due_at,
-              row_number() OVER (PARTITION BY destination ORDER BY due_at, event_id) AS place,
-              coalesce((?::jsonb ->> destination)::int, ?) AS slots
-       FROM (SELECT *, ${destinationKeySql('url')} AS destination FROM candidates) c
+    `WITH RECURSIVE destinations AS (
+       (SELECT destination FROM deliveries
+        WHERE status IN ('pending', 'retrying') AND destination IS NOT NULL
+        ORDER BY destination LIMIT 1)
+       UNION ALL
+       SELECT (SELECT d.destination FROM deliveries d
+               WHERE d.status IN ('pending', 'retrying') AND d.destination > destinations.destination
+               ORDER BY d.destination LIMIT 1)
+       FROM destinations WHERE destinations.destination IS NOT NULL
+     ), candidates AS (
+       SELECT c.event_id, c.due_at FROM destinations
+       CROSS JOIN LATERAL (
+         SELECT event_id, next_attempt_at AS due_at FROM deliveries
+         WHERE status IN ('pending', 'retrying') AND destination = destinations.destination AND next_attempt_at <= now()
+         ORDER BY next_attempt_at
+         LIMIT coalesce((?::jsonb ->> destinations.destination)::int, ?)
+         FOR UPDATE SKIP LOCKED
+       ) c
+       WHERE destinations.destination IS NOT NULL ${excludeSql}
      ), due AS (
-       SELECT event_id, due_at FROM ranked WHERE place <= slots ORDER BY due_at LIMIT ?
+       SELECT event_id, due_at FROM candidates ORDER BY due_at LIMIT ?
      )
      UPDATE deliveries d
      SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), updated_at = now()
@@ -72,7 +80,7 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
      WHERE d.event_id = due.event_id
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
                e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
-    [...exclude, candidates, JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.limit, opts.leaseMs],
+    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, ...exclude, opts.limit, opts.leaseMs],
   );
   return (result.rows as any[])
     .map((r) => ({

@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
 import { DeliveredWriter } from '../src/delivered-writer.ts';
+import { destinationKey } from '../src/destination.ts';
 import { IntakeBatcher, sweepUnroutedEvents } from '../src/intake.ts';
 import { claimDueDeliveries, recordDeliveredBatch } from '../src/store.ts';
 import { createInstance, crypto, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent } from './support.ts';
@@ -41,6 +42,26 @@ describe('dispatcher batching (PostgreSQL)', () => {
     const open = await db('deliveries').where('next_attempt_at', '<=', db.fn.now()).select('attempts');
     assert.equal(open.length, 3);
     assert.ok(open.every((r) => r.attempts === 0));
+  });
+
+  it('skips excluded destinations, takes the oldest due rows overall, and keys rows exactly like destinationKey', async () => {
+    const dead = await createInstance(db, { webhook: { url: 'https://Dead.Example:8443/hook?x=1' } });
+    const ok = await createInstance(db, { webhook: { url: 'https://ok.example/hook' } });
+    for (let i = 0; i < 6; i++) await recordRoutedEvent(db, dead.id);
+    for (let i = 0; i < 3; i++) await recordRoutedEvent(db, ok.id);
+    const stored = await db('deliveries').distinct('url', 'destination');
+    for (const row of stored) assert.equal(row.destination, destinationKey(row.url));
+
+    const claims = await claimDueDeliveries(db, { limit: 32, leaseMs: 60_000, excludeDestinations: [destinationKey('https://dead.example:8443')], perDestinationLimit: 10 });
+    assert.deepEqual(new Set(claims.map((c) => c.instanceId)), new Set([ok.id]));
+    assert.equal(claims.length, 3);
+
+    // Without exclusion, the overall limit keeps the oldest due rows of all destinations.
+    await db('deliveries').update({ next_attempt_at: db.raw("now() - interval '1 minute'") });
+    await db('deliveries').where({ instance_id: ok.id }).update({ next_attempt_at: db.raw("now() - interval '2 minutes'") });
+    const oldest = await claimDueDeliveries(db, { limit: 4, leaseMs: 60_000, excludeDestinations: [], perDestinationLimit: 10 });
+    assert.equal(oldest.filter((c) => c.instanceId === ok.id).length, 3);
+    assert.equal(oldest.length, 4);
   });
 
   it('records delivered attempts in one statement, each fenced on its own lease', async () => {

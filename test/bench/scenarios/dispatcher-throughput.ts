@@ -19,7 +19,8 @@ export interface DispatcherFigures {
   ratio: number;
 }
 
-const PER_DESTINATION_CONCURRENCY = 4; // the dispatcher's default (scheduler.ts)
+/** The dispatcher's default per-destination concurrency (scheduler.ts); the loop uses the same. */
+export const PER_DESTINATION_CONCURRENCY = Number(process.env.BENCH_DISPATCH_CONCURRENCY ?? 4);
 
 export async function measureDispatcher(bench: BenchCluster, events: number, progress: (l: string) => void): Promise<DispatcherFigures> {
   const receiver = await startHttpsReceiver();

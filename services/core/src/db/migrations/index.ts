@@ -3,6 +3,7 @@
 import type { Knex } from 'knex';
 import * as m001 from './001_foundation.ts';
 import * as m002 from './002_queue_count.ts';
+import * as m003 from './003_delivery_destination.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -12,6 +13,7 @@ interface Migration {
 const migrations: Record<string, Migration> = {
   '001_foundation': m001,
   '002_queue_count': m002,
+  '003_delivery_destination': m003,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
