@@ -11,7 +11,7 @@ import { REPO_ROOT } from '../support/cluster.ts';
 import { createInstance, pairOnSandbox, setWebhook } from './api.ts';
 import { printTable, writeJson, type Row } from './report.ts';
 import { measureAccept, prepareAcceptInstances, type AcceptFigures } from './scenarios/accept.ts';
-import { measureDispatcher } from './scenarios/dispatcher-throughput.ts';
+import { measureDispatcher, PER_DESTINATION_CONCURRENCY } from './scenarios/dispatcher-throughput.ts';
 import { measureSessionMemory } from './scenarios/memory.ts';
 import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
 import { startBareKoa, startBenchCluster, startEmbedded, type ServerUnderTest } from './targets.ts';
@@ -106,7 +106,9 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
 function measureDispatcherScenario() {
   // BENCH_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is passed to every cluster process.
   const nodeArgs = process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean);
-  return withServer(() => startBenchCluster({ dispatchers: 0, nodeArgs }), (b) => measureDispatcher(b, 2000, progress('dispatcher')));
+  // BENCH_DISPATCH_CONCURRENCY sets the dispatcher's per-destination slots and the loop's alike.
+  const env = { DISPATCHER_PER_DESTINATION_CONCURRENCY: String(PER_DESTINATION_CONCURRENCY) };
+  return withServer(() => startBenchCluster({ dispatchers: 0, nodeArgs, env }), (b) => measureDispatcher(b, 2000, progress('dispatcher')));
 }
 
 function measurePipeline() {
