@@ -335,6 +335,29 @@ for (const storage of ['postgres', 'pglite'] as const) {
       assert.equal((await send()).status, 202);
       assert.equal((await send()).status, 429);
     });
+
+    it('a reused Idempotency-Key takes no queue slot, is answered while paused, and is free again after 24 h', async () => {
+      const inst = (await t.admin.post('/api/instances', { name: 'Keys' })).body;
+      const db = t.server.platform.db;
+      const queued = async () => (await db('instances').where({ id: inst.id }).first('queued_count')).queued_count;
+      const send = (text: string, key: string) => t.admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text }, { 'Idempotency-Key': key });
+      const first = await send('Once', 'key-1');
+      assert.equal(first.status, 202);
+      assert.equal((await send('Once', 'key-1')).body.reused, true);
+      assert.equal(await queued(), 1, 'the retry took no slot');
+
+      assert.equal((await t.admin.post(`/api/instances/${inst.id}/disconnect`)).status, 200);
+      const retried = await send('Once', 'key-1');
+      assert.deepEqual([retried.status, retried.body.id, retried.body.reused], [202, first.body.id, true]);
+      assert.equal((await send('New', 'key-2')).body.code, 'instance_paused');
+      assert.equal((await t.admin.post(`/api/instances/${inst.id}/connect`)).status, 200);
+
+      await db('send_items').where({ id: first.body.id }).update({ created_at: new Date(Date.now() - 25 * 3600_000) });
+      const fresh = await send('Other content', 'key-1');
+      assert.equal(fresh.status, 202);
+      assert.equal(fresh.body.reused, false);
+      assert.notEqual(fresh.body.id, first.body.id);
+    });
   });
 }
 

@@ -53,11 +53,16 @@ type InstanceRow = { paused: boolean; state: string; settings: unknown };
 
 async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, instance: InstanceRow | undefined): Promise<Accepted> {
   const contentHash = hashContent(req);
-  if (idempotencyKey) {
+  const row = instance ?? (await deps.db('instances').where({ id: instanceId }).first());
+  // A retried media send finds its operation before converting and storing the file again, and a
+  // retry must be answered even if the instance was paused since. Otherwise (text, the hot path)
+  // the insert itself detects a used key (ON CONFLICT), one statement fewer.
+  if (idempotencyKey && (req.type !== 'text' || refusalOf(instanceId, row))) {
     const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
     if (reused) return reused;
   }
-  checkInstanceAcceptsSends(instanceId, instance ?? (await deps.db('instances').where({ id: instanceId }).first()));
+  const refusal = refusalOf(instanceId, row);
+  if (refusal) throw refusal;
   const media = await prepareMedia(deps, instanceId, req);
   const item = {
     id: newId('msg'),
@@ -72,28 +77,36 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     expires_at: new Date(Date.now() + deps.config.sendExpiryMs),
     trace_context: injectTraceparent() ?? null,
   };
+  // The key's first use inserts; a used key answers from its operation (or 409). A key older than
+  // 24 h is released by findReusable, and then this request inserts after all.
+  for (let tries = 0; tries < 2; tries++) {
+    if (await insertItem(deps, item)) {
+      deps.relay.kick();
+      return { id: item.id, messengerId: item.messenger_id, status: 'queued', reused: false };
+    }
+    const reused = await findReusable(deps.db, instanceId, idempotencyKey!, contentHash);
+    if (reused) return reused;
+  }
+  throw new Error(`Idempotency-Key of instance ${instanceId} was neither free nor in use`);
+}
+
+/** Inserts the item and its outbox row in one statement; the database takes one of the instance's
+ *  queue slots or refuses (migration 002_queue_count). False when the Idempotency-Key is in use. */
+async function insertItem(deps: GatewayDeps, item: Record<string, unknown> & { id: string; instance_id: string; idempotency_key: string | null; trace_context: string | null }): Promise<boolean> {
+  const insert = deps.db('send_items').insert(item).returning('id');
   try {
-    // The item and its outbox row in one statement; the insert's trigger takes one of the
-    // instance's queue slots or refuses (migration 002_queue_count), so no transaction is needed.
-    await insertAndEnqueueOutbox(deps.db, deps.db('send_items').insert(item).returning('id'), {
-      subject: subjects.command(instanceId),
+    return await insertAndEnqueueOutbox(deps.db, item.idempotency_key ? insert.onConflict(['instance_id', 'idempotency_key']).ignore() : insert, {
+      subject: subjects.command(item.instance_id),
       msgId: item.id,
       payload: JSON.stringify({ id: item.id }),
       headers: item.trace_context ? { traceparent: item.trace_context } : {},
     });
   } catch (err) {
-    if (sqlState(err) === QUEUE_FULL_SQLSTATE) {
+    if ((err as { code?: string })?.code === QUEUE_FULL_SQLSTATE) {
       throw new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
-    }
-    // Two requests with one key raced: the loser answers from the winner's item.
-    if (idempotencyKey && sqlState(err) === '23505') {
-      const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
-      if (reused) return reused;
     }
     throw err;
   }
-  deps.relay.kick();
-  return { id: item.id, messengerId: item.messenger_id, status: 'queued', reused: false };
 }
 
 async function findReusable(db: Db, instanceId: string, key: string, contentHash: string): Promise<Accepted | undefined> {
@@ -110,12 +123,14 @@ async function findReusable(db: Db, instanceId: string, key: string, contentHash
   return { id: row.id, messengerId: row.messenger_id, status: row.status, reused: true };
 }
 
-function checkInstanceAcceptsSends(instanceId: string, row: InstanceRow | undefined): void {
-  if (!row) throw problems.notFound(`Instance ${instanceId}`);
-  if (row.paused) throw problems.conflict('instance_paused', 'The instance was disconnected; connect it before sending.');
+/** Why the instance takes no send now (absent, paused, offline with disableOfflineQueue), or undefined. */
+function refusalOf(instanceId: string, row: InstanceRow | undefined): Problem | undefined {
+  if (!row) return problems.notFound(`Instance ${instanceId}`);
+  if (row.paused) return problems.conflict('instance_paused', 'The instance was disconnected; connect it before sending.');
   if (settingsOf(row).disableOfflineQueue && row.state !== 'connected') {
-    throw problems.conflict('instance_offline', 'The instance is not connected and disableOfflineQueue is on.');
+    return problems.conflict('instance_offline', 'The instance is not connected and disableOfflineQueue is on.');
   }
+  return undefined;
 }
 
 /** Canonical content: the same message always hashes the same, whatever the key order. */
@@ -124,6 +139,3 @@ export function hashContent(req: SendRequest): string {
   return createHash('sha256').update(JSON.stringify(canonical)).digest('hex');
 }
 
-function sqlState(err: unknown): string | undefined {
-  return (err as { code?: string })?.code;
-}

@@ -2,7 +2,9 @@
 // `queue_full` at 1000). Accepting a send is then ONE statement: the insert's trigger takes a slot
 // (`UPDATE … WHERE queued_count < limit`, re-checked on the newest row version after any lock wait,
 // so concurrent accepts can never pass the limit) or refuses with SQLSTATE SBQ01. Every write that
-// moves an item into or out of `queued` — whichever service makes it — adjusts the count.
+// moves an item into or out of `queued` — whichever service makes it — adjusts the count. The
+// triggers run AFTER the row is written, so an insert skipped by ON CONFLICT DO NOTHING (a reused
+// Idempotency-Key) takes no slot.
 import type { Knex } from 'knex';
 
 /** The specification's send-queue limit per instance. */
@@ -26,20 +28,20 @@ export async function up(knex: Knex): Promise<void> {
             raise exception 'the send queue of instance % is full', new.instance_id using errcode = '${QUEUE_FULL_SQLSTATE}';
           end if;
         end if;
-        return new;
+        return null;
       elsif tg_op = 'UPDATE' then
         -- An item put back into the queue (network not connected) always gets its slot back.
         if (old.status = 'queued') <> (new.status = 'queued') then
           update instances set queued_count = queued_count + case when new.status = 'queued' then 1 else -1 end where id = new.instance_id;
         end if;
-        return new;
+        return null;
       end if;
       if old.status = 'queued' then
         update instances set queued_count = queued_count - 1 where id = old.instance_id;
       end if;
-      return old;
+      return null;
     end $$`);
-  await knex.raw('create trigger send_items_queue_slot before insert on send_items for each row execute function send_items_queue_count()');
+  await knex.raw('create trigger send_items_queue_slot after insert on send_items for each row execute function send_items_queue_count()');
   await knex.raw('create trigger send_items_queue_release after update of status or delete on send_items for each row execute function send_items_queue_count()');
 }
 
