@@ -87,7 +87,8 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     const reused = await findReusable(deps.db, instanceId, idempotencyKey!, contentHash);
     if (reused) return reused;
   }
-  throw new Error(`Idempotency-Key of instance ${instanceId} was neither free nor in use`);
+  // Only a race with a concurrent release of the same key gets here.
+  throw problems.conflict('idempotency_key_busy', 'This Idempotency-Key changed hands while the request ran; send the request again.');
 }
 
 /** Inserts the item and its outbox row in one statement; the database takes one of the instance's
