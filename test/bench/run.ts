@@ -19,7 +19,7 @@ import { startBareKoa, startBenchCluster, startEmbedded, type ServerUnderTest } 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const OUT = process.env.BENCH_OUT ?? join(REPO_ROOT, 'test/bench/results/latest.json');
 const ACCEPT = { durationMs: SECONDS * 1000, warmupMs: 1500, concurrency: 32 };
-const ACCEPT_INSTANCES = 40; // × 1000 queue slots each: the queue limit never caps the figure
+const ACCEPT_INSTANCES = 100; // × 1000 queue slots each: the queue limit never caps the figure
 // BENCH_ONLY=dispatcher,pipeline,accept-cluster,… runs only those scenarios (to compare one change
 // before/after); the full table needs every scenario.
 const SCENARIOS = ['baseline', 'accept-embedded', 'accept-cluster', 'dispatcher', 'pipeline'] as const;

@@ -2,7 +2,7 @@
 // fenced on its own lease (recordDeliveredBatch), so batching changes no guarantee, only the
 // number of round trips.
 import type { Knex } from 'knex';
-import { GroupWriter } from './group-writer.ts';
+import { GroupWriter } from '@switchboard/core';
 import { recordDeliveredBatch, type ClaimedDelivery, type DeliveredAttempt } from './store.ts';
 
 export class DeliveredWriter {

@@ -11,7 +11,7 @@ import type { Knex } from 'knex';
 import { firstAttemptDelayMs } from './backoff.ts';
 import { routeEvent, type WebhookSettings } from './routing.ts';
 import { findUnroutedEvents, insertDeliveries, insertDelivery, loadRoutingConfig, loadRoutingConfigs, type NewDelivery } from './store.ts';
-import { GroupWriter } from './group-writer.ts';
+import { GroupWriter } from '@switchboard/core';
 
 export const DISPATCHER_DURABLE = 'dispatcher';
 

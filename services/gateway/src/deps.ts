@@ -1,5 +1,6 @@
 // Everything a route may use, passed explicitly (no module-level state).
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
+import type { SendItemWriter } from './sending/send-item-writer.ts';
 
 export interface GatewayDeps {
   config: Config;
@@ -16,6 +17,8 @@ export interface GatewayDeps {
   startedAt: Date;
   /** The process's metrics registry (served at GET /metrics); the app creates one when absent. */
   metrics?: Metrics;
+  /** Writes accepted sends to the queue, grouped per statement. */
+  sendItems: SendItemWriter;
 }
 
 /** Kubernetes Instance/Project resources written by the gateway in cluster mode. */

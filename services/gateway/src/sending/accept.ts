@@ -1,17 +1,14 @@
 // Accepting a send (DESIGN §1 "Send", §5 "Sending"): validate, apply idempotency, store media,
-// then one statement inserts the queue item with its outbox row while the database enforces the
-// queue limit. The relay publishes it.
+// then the SendItemWriter inserts the queue item with its outbox row (many requests' items per
+// statement under load) while the database enforces the queue limit. The relay publishes it.
 import { createHash } from 'node:crypto';
 import {
   newId,
   newMessengerId,
   Problem,
   problems,
-  insertAndEnqueueOutbox,
-  subjects,
   inSpan,
   injectTraceparent,
-  QUEUE_FULL_SQLSTATE,
   SEND_QUEUE_LIMIT,
   type Db,
 } from '@switchboard/core';
@@ -19,6 +16,7 @@ import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { settingsOf } from '../records.ts';
 import { prepareMedia } from './media.ts';
+import type { NewSendItem } from './send-item-writer.ts';
 
 export const QUEUE_LIMIT = SEND_QUEUE_LIMIT;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
@@ -49,7 +47,7 @@ export function acceptSend(
   });
 }
 
-type InstanceRow = { paused: boolean; state: string; settings: unknown };
+type InstanceRow = { paused: boolean; state: string; settings: unknown; queued_count?: number };
 
 async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, instance: InstanceRow | undefined): Promise<Accepted> {
   const contentHash = hashContent(req);
@@ -64,7 +62,7 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
   const refusal = refusalOf(instanceId, row);
   if (refusal) throw refusal;
   const media = await prepareMedia(deps, instanceId, req);
-  const item = {
+  const item: NewSendItem = {
     id: newId('msg'),
     instance_id: instanceId,
     messenger_id: newMessengerId(),
@@ -80,7 +78,10 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
   // The key's first use inserts; a used key answers from its operation (or 409). A key older than
   // 24 h is released by findReusable, and then this request inserts after all.
   for (let tries = 0; tries < 2; tries++) {
-    if (await insertItem(deps, item)) {
+    const written = await deps.sendItems.write(item);
+    if (written === 'queue_full') throw queueFull();
+    if (written === 'instance_gone') throw problems.notFound(`Instance ${instanceId}`);
+    if (written === 'queued') {
       deps.relay.kick();
       return { id: item.id, messengerId: item.messenger_id, status: 'queued', reused: false };
     }
@@ -89,25 +90,6 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
   }
   // Only a race with a concurrent release of the same key gets here.
   throw problems.conflict('idempotency_key_busy', 'This Idempotency-Key changed hands while the request ran; send the request again.');
-}
-
-/** Inserts the item and its outbox row in one statement; the database takes one of the instance's
- *  queue slots or refuses (migration 002_queue_count). False when the Idempotency-Key is in use. */
-async function insertItem(deps: GatewayDeps, item: Record<string, unknown> & { id: string; instance_id: string; idempotency_key: string | null; trace_context: string | null }): Promise<boolean> {
-  const insert = deps.db('send_items').insert(item).returning('id');
-  try {
-    return await insertAndEnqueueOutbox(deps.db, item.idempotency_key ? insert.onConflict(['instance_id', 'idempotency_key']).ignore() : insert, {
-      subject: subjects.command(item.instance_id),
-      msgId: item.id,
-      payload: JSON.stringify({ id: item.id }),
-      headers: item.trace_context ? { traceparent: item.trace_context } : {},
-    });
-  } catch (err) {
-    if ((err as { code?: string })?.code === QUEUE_FULL_SQLSTATE) {
-      throw new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
-    }
-    throw err;
-  }
 }
 
 async function findReusable(db: Db, instanceId: string, key: string, contentHash: string): Promise<Accepted | undefined> {
@@ -124,13 +106,20 @@ async function findReusable(db: Db, instanceId: string, key: string, contentHash
   return { id: row.id, messengerId: row.messenger_id, status: row.status, reused: true };
 }
 
-/** Why the instance takes no send now (absent, paused, offline with disableOfflineQueue), or undefined. */
+function queueFull(): Problem {
+  return new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
+}
+
+/** Why the instance takes no send now (absent, paused, offline with disableOfflineQueue, queue full), or undefined. */
 function refusalOf(instanceId: string, row: InstanceRow | undefined): Problem | undefined {
   if (!row) return problems.notFound(`Instance ${instanceId}`);
   if (row.paused) return problems.conflict('instance_paused', 'The instance was disconnected; connect it before sending.');
   if (settingsOf(row).disableOfflineQueue && row.state !== 'connected') {
     return problems.conflict('instance_offline', 'The instance is not connected and disableOfflineQueue is on.');
   }
+  // The row was read a moment ago; the database re-checks exactly on insert. Answering a full
+  // queue here keeps clients that hammer it from costing other instances' sends anything.
+  if (Number(row.queued_count ?? 0) >= QUEUE_LIMIT) return queueFull();
   return undefined;
 }
 

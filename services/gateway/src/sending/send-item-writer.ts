@@ -1,0 +1,93 @@
+// Writes accepted sends to the queue, many per statement (group commit): the sends that arrive
+// while one batch is being written form the next, so under load one INSERT (items + their outbox
+// rows) serves many requests, and a lone request waits for nothing. Each caller learns what
+// happened to its own item.
+//
+// The database keeps the queue limit (migration 002_queue_count). When a batch is refused for one
+// item's sake — an instance's queue filled up or the instance was deleted, or a lock wait ran into
+// another writer — its items are written one by one in arrival order, so the limit stays exact and
+// every item gets its own answer.
+import { GroupWriter, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
+
+export interface NewSendItem {
+  id: string;
+  instance_id: string;
+  messenger_id: string;
+  phone: string;
+  type: string;
+  payload: string;
+  status: 'queued';
+  idempotency_key: string | null;
+  content_hash: string;
+  expires_at: Date;
+  trace_context: string | null;
+}
+
+/** `key_in_use`: the item's Idempotency-Key already names an operation of its instance;
+ *  `instance_gone`: the instance was deleted meanwhile. */
+export type WriteResult = 'queued' | 'key_in_use' | 'queue_full' | 'instance_gone';
+
+/** A statement refused for one item's sake: its batch is written again one item at a time. */
+const ONE_ITEMS_FAULT: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone', '40P01': undefined };
+const MAX_BATCH = 64;
+
+export class SendItemWriter {
+  private readonly writer: GroupWriter<NewSendItem, WriteResult>;
+
+  constructor(private readonly db: Db) {
+    this.writer = new GroupWriter((items) => this.writeBatch(items), MAX_BATCH);
+  }
+
+  write(item: NewSendItem): Promise<WriteResult> {
+    return this.writer.submit(item);
+  }
+
+  private async writeBatch(items: NewSendItem[]): Promise<WriteResult[]> {
+    try {
+      return await this.insert(items);
+    } catch (err) {
+      const state = sqlState(err) ?? '';
+      if (!(state in ONE_ITEMS_FAULT)) throw err;
+      if (items.length === 1) {
+        const result = ONE_ITEMS_FAULT[state];
+        if (!result) throw err; // a deadlock of a lone item: the request fails, nothing was written
+        return [result];
+      }
+    }
+    const results: WriteResult[] = [];
+    for (const item of items) results.push(...(await this.writeBatch([item])));
+    return results;
+  }
+
+  /** One statement: the items (a used key is skipped, not an error) and the outbox rows of those
+   *  inserted, in arrival order. Rows go in by instance so concurrent batches lock instances in
+   *  the same order. */
+  private async insert(items: NewSendItem[]): Promise<WriteResult[]> {
+    const rows = [...items].sort((a, b) => (a.instance_id < b.instance_id ? -1 : a.instance_id > b.instance_id ? 1 : 0));
+    const insert = this.db('send_items').insert(rows).onConflict(['instance_id', 'idempotency_key']).ignore().returning('id').toSQL();
+    const announcements = items.map(() => '(?::int, ?, ?, ?, ?::jsonb)').join(', ');
+    const result = await this.db.raw(
+      `with inserted as (${insert.sql}),
+       announced as (
+         insert into outbox (subject, msg_id, payload, headers)
+         select a.subject, a.msg_id, a.payload, a.headers from (values ${announcements}) a(place, msg_id, subject, payload, headers)
+         join inserted on inserted.id = a.msg_id
+         order by a.place
+         returning seq)
+       select id from inserted`,
+      [
+        ...insert.bindings,
+        ...items.flatMap((item, place) => {
+          const row = outboxRow({ subject: subjects.command(item.instance_id), msgId: item.id, payload: JSON.stringify({ id: item.id }), headers: item.trace_context ? { traceparent: item.trace_context } : {} });
+          return [place, row.msgId, row.subject, row.payload, row.headers];
+        }),
+      ],
+    );
+    const inserted = new Set((result.rows as { id: string }[]).map((r) => r.id));
+    return items.map((item) => (inserted.has(item.id) ? 'queued' : 'key_in_use'));
+  }
+}
+
+function sqlState(err: unknown): string | undefined {
+  return (err as { code?: string })?.code;
+}
