@@ -1,6 +1,7 @@
 // Everything a route may use, passed explicitly (no module-level state).
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
+import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';
 
 export interface GatewayDeps {
   config: Config;
@@ -19,6 +20,8 @@ export interface GatewayDeps {
   metrics?: Metrics;
   /** Writes accepted sends to the queue, grouped per statement. */
   sendItems: SendItemWriter;
+  /** Finds instance tokens, grouped per query. */
+  instanceTokens: InstanceTokenLookup;
 }
 
 /** Kubernetes Instance/Project resources written by the gateway in cluster mode. */

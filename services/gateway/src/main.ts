@@ -4,6 +4,7 @@ import { ConfigError, OutboxRelay, loadConfig, openPlatform, runService, startMe
 import { RemoteSessionRuntime, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
+import { InstanceTokenLookup } from './http/instance-token-lookup.ts';
 import { listen } from './listen.ts';
 import type { InstanceResources } from './deps.ts';
 
@@ -26,7 +27,7 @@ async function start(): Promise<() => Promise<void>> {
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: 5_000 });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
   const resources = await kubernetesResources();
-  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db) });
+  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
   log.info({ port: http.port, kubernetes: Boolean(resources) }, 'gateway listening');
 

@@ -2,7 +2,7 @@
 // process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
 // in-process bus in DATA_DIR.
 import { OutboxRelay, createMetrics, loadConfig, openPlatform, startMediaRetention, type Config, type Logger, type Platform } from '@switchboard/core';
-import { SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
+import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
 
@@ -29,7 +29,7 @@ export async function startEmbeddedServer(config: Config = loadConfig(), opts: {
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: 5_000 });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
-  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db) });
+  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
   await runtime.resumeAll();
 

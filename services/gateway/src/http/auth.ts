@@ -30,7 +30,7 @@ export async function resolvePrincipal(deps: GatewayDeps, token: string | undefi
   if (safeEqual(token, deps.adminKey)) return { kind: 'admin' };
   const hash = deps.crypto.hashToken(token);
   if (token.startsWith(`${INSTANCE_TOKEN_PREFIX}_`)) {
-    const row = await deps.db('instances').where({ token_hash: hash }).first();
+    const row = await deps.instanceTokens.find(hash);
     return row ? { kind: 'instance', instanceId: row.id, via: 'token', row } : undefined;
   }
   if (token.startsWith(`${APP_KEY_PREFIX}_`)) {
