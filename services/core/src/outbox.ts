@@ -18,23 +18,6 @@ export async function enqueueOutbox(trx: Knex | Knex.Transaction, msg: OutboxMes
   await trx('outbox').insert({ subject: row.subject, msg_id: row.msgId, payload: row.payload, headers: row.headers });
 }
 
-/**
- * Runs `insert` (an INSERT … RETURNING) and, if it returned a row, enqueues `msg` — in ONE
- * statement, so the row and its announcement commit together with a single round trip.
- * Returns whether the insert returned a row.
- */
-export async function insertAndEnqueueOutbox(db: Knex | Knex.Transaction, insert: Knex.QueryBuilder, msg: OutboxMessage): Promise<boolean> {
-  const inserted = insert.toSQL();
-  const row = outboxRow(msg);
-  const result = await db.raw(
-    `with inserted as (${inserted.sql}),
-     announced as (insert into outbox (subject, msg_id, payload, headers) select ?, ?, ?, ?::jsonb where exists (select 1 from inserted) returning seq)
-     select count(*)::int as inserted from inserted`,
-    [...inserted.bindings, row.subject, row.msgId, row.payload, row.headers],
-  );
-  return (result.rows[0] as { inserted: number }).inserted > 0;
-}
-
 /** The outbox columns of a message (headers as JSON text), for statements that insert the row themselves. */
 export function outboxRow(msg: OutboxMessage): { subject: string; msgId: string; payload: string; headers: string } {
   return { subject: msg.subject, msgId: msg.msgId, payload: msg.payload, headers: JSON.stringify(msg.headers ?? {}) };

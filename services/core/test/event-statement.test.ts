@@ -3,7 +3,7 @@
 // (a duplicate) writes nothing, and a failing statement leaves no partial rows behind.
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
-import { insertAndEnqueueOutbox, migrate, openDatabase, recordEvent, recordEventAfter } from '../src/index.ts';
+import { migrate, openDatabase, recordEvent, recordEventAfter } from '../src/index.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
 
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
@@ -59,13 +59,5 @@ describe('single-statement event recording', () => {
     await assert.rejects(recordEventAfter(db, guard, { instanceId: 'no-such-instance', type: 'message.received', data: {} }));
     assert.equal(await count('incoming', { message_id: 'm-orphan' }), 0);
     assert.equal(await count('events'), events);
-  });
-
-  it('insertAndEnqueueOutbox inserts the row and its outbox row together', async () => {
-    const insert = db('incoming').insert({ id: 'in-x', instance_id: 'inst-a', message_id: 'm-x', type: 'text' }).onConflict(['instance_id', 'message_id']).ignore().returning('id');
-    assert.equal(await insertAndEnqueueOutbox(db, insert, { subject: 'cmd.inst-a', msgId: 'x-1', payload: '{}', headers: { traceparent: TRACEPARENT } }), true);
-    const duplicate = db('incoming').insert({ id: 'in-y', instance_id: 'inst-a', message_id: 'm-x', type: 'text' }).onConflict(['instance_id', 'message_id']).ignore().returning('id');
-    assert.equal(await insertAndEnqueueOutbox(db, duplicate, { subject: 'cmd.inst-a', msgId: 'x-2', payload: '{}' }), false);
-    assert.deepEqual((await db('outbox').where({ subject: 'cmd.inst-a' }).select('msg_id', 'headers')), [{ msg_id: 'x-1', headers: { traceparent: TRACEPARENT } }]);
   });
 });
