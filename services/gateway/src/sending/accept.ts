@@ -18,7 +18,6 @@ import { settingsOf } from '../records.ts';
 import { prepareMedia } from './media.ts';
 import type { NewSendItem } from './send-item-writer.ts';
 
-export const QUEUE_LIMIT = SEND_QUEUE_LIMIT;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
 
 export interface Accepted {
@@ -107,7 +106,7 @@ async function findReusable(db: Db, instanceId: string, key: string, contentHash
 }
 
 function queueFull(): Problem {
-  return new Problem(429, 'queue_full', `The instance already has ${QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
+  return new Problem(429, 'queue_full', `The instance already has ${SEND_QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
 }
 
 /** Why the instance takes no send now (absent, paused, offline with disableOfflineQueue, queue full), or undefined. */
@@ -119,7 +118,7 @@ function refusalOf(instanceId: string, row: InstanceRow | undefined): Problem | 
   }
   // The row was read a moment ago; the database re-checks exactly on insert. Answering a full
   // queue here keeps clients that hammer it from costing other instances' sends anything.
-  if (Number(row.queued_count ?? 0) >= QUEUE_LIMIT) return queueFull();
+  if (Number(row.queued_count ?? 0) >= SEND_QUEUE_LIMIT) return queueFull();
   return undefined;
 }
 
