@@ -28,7 +28,7 @@ export interface NewSendItem {
 export type WriteResult = 'queued' | 'key_in_use' | 'queue_full' | 'instance_gone';
 
 /** A statement refused for one item's sake: its batch is written again one item at a time. */
-const ONE_ITEMS_FAULT: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone', '40P01': undefined };
+const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone', '40P01': undefined };
 const MAX_BATCH = 64;
 
 export class SendItemWriter {
@@ -47,9 +47,9 @@ export class SendItemWriter {
       return await this.insert(items);
     } catch (err) {
       const state = sqlState(err) ?? '';
-      if (!(state in ONE_ITEMS_FAULT)) throw err;
+      if (!(state in SINGLE_ITEM_FAULTS)) throw err;
       if (items.length === 1) {
-        const result = ONE_ITEMS_FAULT[state];
+        const result = SINGLE_ITEM_FAULTS[state];
         if (!result) throw err; // a deadlock of a lone item: the request fails, nothing was written
         return [result];
       }
