@@ -5,7 +5,7 @@ export * from './text.ts';
 export * from './crypto.ts';
 export * from './logger.ts';
 export * from './outbox.ts';
-export { GroupWriter } from './group-writer.ts';
+export { CallBatcher } from './call-batcher.ts';
 export * from './events.ts';
 export * from './network.ts';
 export * from './runtime.ts';

@@ -1,15 +1,15 @@
-// Records successful attempts, many per statement (group commit, see GroupWriter). Each row stays
+// Records successful attempts, many per statement (group commit, see CallBatcher). Each row stays
 // fenced on its own lease (recordDeliveredBatch), so batching changes no guarantee, only the
 // number of round trips.
 import type { Knex } from 'knex';
-import { GroupWriter } from '@switchboard/core';
+import { CallBatcher } from '@switchboard/core';
 import { recordDeliveredBatch, type ClaimedDelivery, type DeliveredAttempt } from './store.ts';
 
 export class DeliveredWriter {
-  private readonly writer: GroupWriter<DeliveredAttempt, boolean>;
+  private readonly writer: CallBatcher<DeliveredAttempt, boolean>;
 
   constructor(db: Knex, maxBatch = 500) {
-    this.writer = new GroupWriter(async (batch) => {
+    this.writer = new CallBatcher(async (batch) => {
       const recorded = await recordDeliveredBatch(db, batch);
       return batch.map((a) => recorded.has(a.claim.eventId));
     }, maxBatch);

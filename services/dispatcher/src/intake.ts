@@ -11,7 +11,7 @@ import type { Knex } from 'knex';
 import { firstAttemptDelayMs } from './backoff.ts';
 import { routeEvent, type WebhookSettings } from './routing.ts';
 import { findUnroutedEvents, insertDeliveries, insertDelivery, loadRoutingConfig, loadRoutingConfigs, type NewDelivery } from './store.ts';
-import { GroupWriter } from '@switchboard/core';
+import { CallBatcher } from '@switchboard/core';
 
 export const DISPATCHER_DURABLE = 'dispatcher';
 
@@ -84,10 +84,10 @@ async function routeBatch(
  * one. Each caller learns whether its own event exists, as routeAndRecord tells it.
  */
 export class IntakeBatcher {
-  private readonly writer: GroupWriter<EventEnvelope, IntakeResult>;
+  private readonly writer: CallBatcher<EventEnvelope, IntakeResult>;
 
   constructor(deps: Pick<IntakeDeps, 'db' | 'schedule'>, maxBatch = 256) {
-    this.writer = new GroupWriter(async (envelopes) => {
+    this.writer = new CallBatcher(async (envelopes) => {
       const { existing, instances } = await routeBatch(deps, envelopes);
       return envelopes.map((e) => (!instances.has(e.instanceId) ? 'duplicate_or_missing_instance' : existing.has(e.id) ? 'recorded' : 'event_missing'));
     }, maxBatch);

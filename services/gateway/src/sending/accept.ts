@@ -34,8 +34,8 @@ export function acceptSend(
   instanceId: string,
   req: SendRequest,
   idempotencyKey: string | undefined,
-  /** The instance row when the caller has just read it (saves reading it again). */
-  instance?: InstanceRow,
+  /** The instance's row, as the route read it (or the token look-up did). */
+  instance: InstanceRow,
 ): Promise<Accepted> {
   const attributes = { 'switchboard.instance_id': instanceId, 'switchboard.message.type': req.type };
   return inSpan('accept send', { attributes }, async (span) => {
@@ -48,17 +48,16 @@ export function acceptSend(
 
 type InstanceRow = { paused: boolean; state: string; settings: unknown; queued_count?: number };
 
-async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, instance: InstanceRow | undefined): Promise<Accepted> {
+async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, instance: InstanceRow): Promise<Accepted> {
   const contentHash = hashContent(req);
-  const row = instance ?? (await deps.db('instances').where({ id: instanceId }).first());
+  const refusal = refusalOf(instance);
   // A retried media send finds its operation before converting and storing the file again, and a
   // retry must be answered even if the instance was paused since. Otherwise (text, the hot path)
   // the insert itself detects a used key (ON CONFLICT), one statement fewer.
-  if (idempotencyKey && (req.type !== 'text' || refusalOf(instanceId, row))) {
+  if (idempotencyKey && (req.type !== 'text' || refusal)) {
     const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
     if (reused) return reused;
   }
-  const refusal = refusalOf(instanceId, row);
   if (refusal) throw refusal;
   const media = await prepareMedia(deps, instanceId, req);
   const item: NewSendItem = {
@@ -109,9 +108,8 @@ function queueFull(): Problem {
   return new Problem(429, 'queue_full', `The instance already has ${SEND_QUEUE_LIMIT} queued sends; wait for them to be sent.`, undefined, { 'Retry-After': '5' });
 }
 
-/** Why the instance takes no send now (absent, paused, offline with disableOfflineQueue, queue full), or undefined. */
-function refusalOf(instanceId: string, row: InstanceRow | undefined): Problem | undefined {
-  if (!row) return problems.notFound(`Instance ${instanceId}`);
+/** Why the instance takes no send now (paused, offline with disableOfflineQueue, queue full), or undefined. */
+function refusalOf(row: InstanceRow): Problem | undefined {
   if (row.paused) return problems.conflict('instance_paused', 'The instance was disconnected; connect it before sending.');
   if (settingsOf(row).disableOfflineQueue && row.state !== 'connected') {
     return problems.conflict('instance_offline', 'The instance is not connected and disableOfflineQueue is on.');

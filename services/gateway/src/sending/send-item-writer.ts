@@ -7,7 +7,7 @@
 // item's sake — an instance's queue filled up or the instance was deleted, or a lock wait ran into
 // another writer — its items are written one by one in arrival order, so the limit stays exact and
 // every item gets its own answer.
-import { GroupWriter, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
+import { CallBatcher, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
 
 export interface NewSendItem {
   id: string;
@@ -32,10 +32,10 @@ const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FUL
 const MAX_BATCH = 64;
 
 export class SendItemWriter {
-  private readonly writer: GroupWriter<NewSendItem, WriteResult>;
+  private readonly writer: CallBatcher<NewSendItem, WriteResult>;
 
   constructor(private readonly db: Db) {
-    this.writer = new GroupWriter((items) => this.writeBatch(items), MAX_BATCH);
+    this.writer = new CallBatcher((items) => this.writeBatch(items), MAX_BATCH);
   }
 
   write(item: NewSendItem): Promise<WriteResult> {
