@@ -1,6 +1,6 @@
 // The cluster-mode bus on NATS JetStream (nats.js v3). Two streams — commands (work queue) and
 // events (limits) — are created or updated at open; publishes carry Nats-Msg-Id for dedup and
-// retry briefly while NATS reconnects; consume() runs a self-healing pull loop
+// retry briefly while NATS reconnects (acks gathered by jetstream-publisher.ts); consume() runs a self-healing pull loop
 // (jetstream-consumer.ts); request/serve use core NATS request/reply with errors in headers.
 // Works on NATS 2.9 (one filter subject per consumer, no per-message TTL).
 import {
@@ -23,7 +23,6 @@ import {
   headers as natsHeaders,
   nanos,
   type Msg,
-  type MsgHdrs,
   type NatsConnection,
   type Subscription as NatsSubscription,
 } from '@nats-io/transport-node';
@@ -41,6 +40,7 @@ import {
 import { assertDurableName, assertSubject, busDefaults, rpcErrors, sleep, streamOfSubject, streamSubjects } from './semantics.ts';
 import { NatsNames } from './jetstream-names.ts';
 import { ConsumeLoop } from './jetstream-consumer.ts';
+import { JetStreamPublisher } from './jetstream-publisher.ts';
 import { tracedConsumer, tracedPublish } from '../telemetry/bus.ts';
 
 export interface JetStreamBusOptions {
@@ -72,6 +72,7 @@ export class JetStreamBus implements Bus {
   private readonly names: NatsNames;
   private readonly loops = new Set<ConsumeLoop>();
   private readonly servers = new Set<NatsSubscription>();
+  private readonly publisher: JetStreamPublisher;
   private closed = false;
 
   private constructor(
@@ -81,6 +82,7 @@ export class JetStreamBus implements Bus {
     private readonly opts: JetStreamBusOptions,
   ) {
     this.names = new NatsNames(opts.namespace);
+    this.publisher = new JetStreamPublisher(nc, opts.publishAttemptTimeoutMs ?? 2000);
   }
 
   /** Connects (reconnecting forever afterwards) and creates or updates both streams. */
@@ -114,15 +116,10 @@ export class JetStreamBus implements Bus {
     assertSubject(subject);
     const stream = streamOfSubject(subject);
     if (!stream) throw new Error(`no stream stores subject ${subject}`);
-    const headers = toNatsHeaders(opts.headers);
     const retryUntil = Date.now() + (this.opts.publishRetryMs ?? 10_000);
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.js.publish(this.names.subject(subject), data, {
-          msgID: opts.msgId,
-          headers,
-          timeout: this.opts.publishAttemptTimeoutMs ?? 2000,
-        });
+        await this.publisher.publish(this.names.subject(subject), data, opts.msgId, opts.headers);
         return;
       } catch (err) {
         if (!isTransient(err) || Date.now() >= retryUntil || this.closed) throw err;
@@ -227,6 +224,7 @@ export class JetStreamBus implements Bus {
     this.closed = true;
     await Promise.allSettled([...this.loops].map((loop) => loop.stop()));
     this.loops.clear();
+    this.publisher.close();
     if (!this.nc.isClosed()) await this.nc.drain();
   }
 
@@ -346,16 +344,6 @@ export class JetStreamBus implements Bus {
   private assertOpen(): void {
     if (this.closed) throw new Error('bus is closed');
   }
-}
-
-function toNatsHeaders(headers: Record<string, string> | undefined): MsgHdrs | undefined {
-  if (!headers || Object.keys(headers).length === 0) return undefined;
-  const h = natsHeaders();
-  for (const [key, value] of Object.entries(headers)) {
-    if (key.toLowerCase().startsWith('nats-')) throw new Error(`header ${key} uses the reserved Nats- prefix`);
-    h.set(key, value);
-  }
-  return h;
 }
 
 function requestFailure(err: unknown, subject: string, timeoutMs: number): RpcError {

@@ -2,7 +2,8 @@
 // integration key (`sbk_…`). Tokens are looked up by keyed hash, so neither the database nor a
 // timing difference reveals them; revocation and renewal take effect on the next request.
 import type { Context } from 'koa';
-import { problems, safeEqual, TOKEN_PREFIXES } from '@switchboard/core';
+import { timingSafeEqual } from 'node:crypto';
+import { problems, TOKEN_PREFIXES } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { Auth } from './route.ts';
 
@@ -25,10 +26,19 @@ export function bearerToken(ctx: Context): string | undefined {
   return match?.[1];
 }
 
+/** The administrative key's keyed hash, worked out once per app: every request's token is hashed
+ *  once and compared to it in constant time. */
+const adminKeyHashes = new WeakMap<GatewayDeps, string>();
+function adminKeyHash(deps: GatewayDeps): string {
+  let hash = adminKeyHashes.get(deps);
+  if (!hash) adminKeyHashes.set(deps, (hash = deps.crypto.hashToken(deps.adminKey)));
+  return hash;
+}
+
 export async function resolvePrincipal(deps: GatewayDeps, token: string | undefined): Promise<Principal | undefined> {
   if (!token || token.length > 512) return undefined;
-  if (safeEqual(token, deps.adminKey)) return { kind: 'admin' };
   const hash = deps.crypto.hashToken(token);
+  if (timingSafeEqual(Buffer.from(hash, 'hex'), Buffer.from(adminKeyHash(deps), 'hex'))) return { kind: 'admin' };
   if (token.startsWith(`${INSTANCE_TOKEN_PREFIX}_`)) {
     const row = await deps.instanceTokens.find(hash);
     return row ? { kind: 'instance', instanceId: row.id, via: 'token', row } : undefined;

@@ -1,0 +1,34 @@
+import assert from 'node:assert/strict';
+import { newId, newMessengerId, newResourceId, RESOURCE_ID } from '../src/ids.ts';
+
+describe('ids', () => {
+  it('newId: prefix, time order, 12 random base-36 characters, no repeats', () => {
+    const ids = Array.from({ length: 5000 }, () => newId('msg'));
+    for (const id of ids) assert.match(id, /^msg_[0-9a-z]{21}$/);
+    assert.equal(new Set(ids).size, ids.length);
+    const first = newId('msg');
+    const later = (() => {
+      const until = Date.now() + 2;
+      while (Date.now() < until);
+      return newId('msg');
+    })();
+    assert.ok(first.slice(0, 13) < later.slice(0, 13), 'the time part sorts by creation');
+  });
+
+  it('newResourceId is a Kubernetes name; newMessengerId is 3EB0 + 20 upper-case hex digits', () => {
+    for (let i = 0; i < 1000; i++) {
+      assert.match(newResourceId('inst'), RESOURCE_ID);
+      assert.match(newMessengerId(), /^3EB0[0-9A-F]{20}$/);
+    }
+  });
+
+  it('draws every character about equally often (no modulo bias), across pool refills', () => {
+    const counts = new Map<string, number>();
+    const n = 20_000; // × 12 characters: many 4 KiB refills
+    for (let i = 0; i < n; i++) for (const c of newId('x').slice(11)) counts.set(c, (counts.get(c) ?? 0) + 1);
+    assert.equal(counts.size, 36);
+    const expected = (n * 12) / 36;
+    // With bias the first 4 characters ('0'–'3') would be drawn 8/7 as often: ≈ +14 %.
+    for (const [c, k] of counts) assert.ok(Math.abs(k - expected) / expected < 0.05, `${c}: ${k} vs ${expected.toFixed(0)}`);
+  });
+});
