@@ -1,4 +1,5 @@
-// The servers the benchmarks drive: the bare Koa baseline, the embedded server (PGlite +
+// The servers the benchmarks drive: the bare Koa baseline, the durability floor (Koa + one
+// group-commit INSERT), the embedded server (PGlite +
 // in-process bus) and cluster mode (gateway, dispatcher and sessions as separate processes on
 // PostgreSQL + NATS). Each runs in its own process, as in production; the load generator stays here.
 import { randomBytes } from 'node:crypto';
@@ -20,6 +21,20 @@ export async function startBareKoa(): Promise<ServerUnderTest> {
   const p = spawnManaged({ name: 'bare-koa', args: ['--import', 'tsx', 'test/bench/bare-koa.ts'], env: {}, supervise: false });
   const port = await waitUntil('bare koa listening', () => p.output().match(/listening (\d+)/)?.[1], 30_000);
   return { url: `http://127.0.0.1:${port}`, adminKey: '', process: p, stop: async () => void (await p.stop()) };
+}
+
+/** Bare Koa plus a group-commit INSERT per request (durable-floor.ts), on a fresh database. */
+export async function startDurableFloor(): Promise<ServerUnderTest> {
+  const database = await createTestDatabase();
+  const p = spawnManaged({ name: 'durable-floor', args: ['--import', 'tsx', 'test/bench/durable-floor.ts'], env: { DATABASE_URL: database.url }, supervise: false });
+  try {
+    const port = await waitUntil('durable floor listening', () => p.output().match(/listening (\d+)/)?.[1], 30_000);
+    return { url: `http://127.0.0.1:${port}`, adminKey: '', process: p, stop: async () => void (await p.stop(), await database.drop()) };
+  } catch (err) {
+    await p.stop();
+    await database.drop();
+    throw new Error(`${String(err)}\n${p.output()}`);
+  }
 }
 
 export async function startEmbedded(extraEnv: Record<string, string> = {}): Promise<ServerUnderTest> {
