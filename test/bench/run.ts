@@ -44,6 +44,14 @@ async function acceptOn(name: string, server: { url: string; adminKey: string },
   results[`${name}+key`] = await measureAccept(server.url, instances, true, { ...ACCEPT, progress: progress(`accept ${name} with Idempotency-Key`) });
 }
 
+/** The references the accept figures are compared with: bare Koa, and Koa + a group-commit INSERT. */
+function acceptReference(name: 'baseline' | 'floor', accept: Record<string, AcceptFigures>): Promise<void> {
+  const [start, label] = name === 'baseline' ? [startBareKoa, 'accept bare Koa baseline'] : [startDurableFloor, 'accept durability floor'];
+  return withServer(start, async (s: ServerUnderTest) => {
+    accept[name] = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress(label) });
+  });
+}
+
 async function withServer<T>(start: () => Promise<ServerUnderTest | { stop(): Promise<void> }>, body: (s: any) => Promise<T>): Promise<T> {
   const s = await start();
   try {
@@ -57,12 +65,8 @@ async function main(): Promise<void> {
   console.log(`bench: ${cpus().length} CPUs (${cpus()[0]?.model}), node ${process.version}, ${SECONDS} s windows`);
   const accept: Record<string, AcceptFigures> = {};
   if (ONLY) return runSelected(accept);
-  await withServer(startBareKoa, async (s: ServerUnderTest) => {
-    accept.baseline = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress('accept bare Koa baseline') });
-  });
-  await withServer(startDurableFloor, async (s: ServerUnderTest) => {
-    accept.floor = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress('accept durability floor') });
-  });
+  await acceptReference('baseline', accept);
+  await acceptReference('floor', accept);
   await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
   await withServer(() => startBenchCluster(), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
 
@@ -89,16 +93,8 @@ async function main(): Promise<void> {
 /** BENCH_ONLY: the selected scenarios, printed as JSON (no table, nothing written). */
 async function runSelected(accept: Record<string, AcceptFigures>): Promise<void> {
   const out: Record<string, unknown> = {};
-  if (wants('baseline')) {
-    await withServer(startBareKoa, async (s: ServerUnderTest) => {
-      accept.baseline = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress('accept bare Koa baseline') });
-    });
-  }
-  if (wants('floor')) {
-    await withServer(startDurableFloor, async (s: ServerUnderTest) => {
-      accept.floor = await measureAccept(s.url, undefined, false, { ...ACCEPT, progress: progress('accept durability floor') });
-    });
-  }
+  if (wants('baseline')) await acceptReference('baseline', accept);
+  if (wants('floor')) await acceptReference('floor', accept);
   if (wants('accept-embedded')) await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
   if (wants('accept-cluster')) await withServer(() => startBenchCluster(), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
   const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
