@@ -27,7 +27,11 @@ export class JetStreamPublisher {
     private readonly nc: NatsConnection,
     private readonly timeoutMs: number,
   ) {
-    this.replies = nc.subscribe(`${this.inbox}*`, { callback: (err, msg) => void (err || this.settle(msg)) });
+    this.replies = nc.subscribe(`${this.inbox}*`, {
+      callback: (err, msg) => {
+        if (!err) this.settle(msg); // a subscription error ends in close() or in expiry
+      },
+    });
     this.expiry = setInterval(() => this.expire(), Math.min(100, timeoutMs));
     this.expiry.unref();
   }

@@ -1,7 +1,8 @@
 // The cluster-mode bus on NATS JetStream (nats.js v3). Two streams — commands (work queue) and
 // events (limits) — are created or updated at open; publishes carry Nats-Msg-Id for dedup and
-// retry briefly while NATS reconnects (acks gathered by jetstream-publisher.ts); consume() runs a self-healing pull loop
-// (jetstream-consumer.ts); request/serve use core NATS request/reply with errors in headers.
+// retry briefly while NATS reconnects (acks gathered by jetstream-publisher.ts); consume() runs a
+// self-healing pull loop (jetstream-consumer.ts); request/serve use core NATS request/reply with
+// errors in headers.
 // Works on NATS 2.9 (one filter subject per consumer, no per-message TTL).
 import {
   AckPolicy,
