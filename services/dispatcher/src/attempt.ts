@@ -1,8 +1,9 @@
 // One delivery attempt: read the exact body and the instance's current secret, sign, POST.
-// The secret is read fresh for every attempt (by the claim query, right before the attempt), so a
-// regenerated secret is used from the next attempt on.
+// The sealed secret is read fresh for every attempt (by the claim query, right before the attempt),
+// so a regenerated secret is used from the next attempt on; only its unsealing is remembered,
+// keyed by the sealed value itself, which changes whenever the secret does.
 // The outcome is a verdict only; the scheduler decides what it means for the schedule.
-import { inSpan, injectTraceparent, SpanKind, SpanStatusCode, type Crypto, type Metrics, type Span } from '@switchboard/core';
+import { inSpan, injectTraceparent, SpanKind, SpanStatusCode, type Metrics, type Span } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { EgressError, type EgressClient } from './egress.ts';
 import { signatureHeaders } from './signing.ts';
@@ -16,7 +17,8 @@ export type AttemptOutcome =
 
 export interface AttemptDeps {
   db: Knex;
-  crypto: Crypto;
+  /** Crypto.open, usually remembered per sealed value (see DeliveryScheduler). */
+  openSecret: (sealed: string) => string;
   egress: EgressClient;
   /** Attempt counts and latency by outcome (optional). */
   metrics?: Metrics;
@@ -42,7 +44,7 @@ async function attemptDelivery(deps: AttemptDeps, claim: ClaimedDelivery, materi
 
   let secret: string;
   try {
-    secret = deps.crypto.open(material.secretSealed);
+    secret = deps.openSecret(material.secretSealed);
   } catch {
     return { kind: 'failed', statusCode: null, error: 'the webhook signing secret cannot be decrypted' };
   }

@@ -7,6 +7,7 @@ import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici';
 import { isPublicAddress } from '@switchboard/core';
+import { RecentValues } from './recent-values.ts';
 
 export { isPublicAddress };
 
@@ -75,6 +76,7 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const maxBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   const resolve = opts.resolve ?? resolveAll;
+  const targets = new RecentValues((url) => checkWebhookUrl(url, allowPrivate));
   const agent = new Agent({
     connect: checkedConnector(resolve, allowPrivate, timeoutMs),
     headersTimeout: timeoutMs,
@@ -86,7 +88,7 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
 
   return {
     async post(url, headers, body) {
-      const target = checkWebhookUrl(url, allowPrivate);
+      const target = targets.get(url);
       const signal = AbortSignal.timeout(timeoutMs);
       let response: Dispatcher.ResponseData;
       try {
@@ -102,7 +104,8 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
         throw classify(err, signal);
       }
       try {
-        await drain(response.body, maxBytes);
+        // Reads up to the cap, then drops the connection rather than read a huge body.
+        await response.body.dump({ limit: maxBytes, signal });
       } catch (err) {
         // The status line already arrived; a body cut short does not change the verdict,
         // except a timeout, which fails the attempt (the whole exchange must fit in the limit).
@@ -133,17 +136,6 @@ function checkedConnector(resolve: (hostname: string) => Promise<string[]>, allo
       () => callback(new EgressError('connection', 'the webhook host name could not be resolved'), null),
     );
   };
-}
-
-async function drain(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<void> {
-  let read = 0;
-  for await (const chunk of body) {
-    read += (chunk as Buffer).length;
-    if (read >= maxBytes) {
-      body.destroy();
-      return;
-    }
-  }
 }
 
 function classify(err: unknown, signal: AbortSignal): EgressError {

@@ -9,8 +9,6 @@ import { startIntake, type IntakeOptions } from './intake.ts';
 import { DeliveryScheduler, DEFAULT_SCHEDULER_OPTIONS, type SchedulerOptions } from './scheduler.ts';
 
 export interface DispatcherOptions extends Partial<SchedulerOptions> {
-  /** Whole attempt: connect + headers + body (default 15 s). */
-  attemptTimeoutMs?: number;
   retryAfterCapMs?: number;
   /** Replace the egress client (tests: a resolver that simulates DNS). */
   egress?: EgressClient;
@@ -35,15 +33,9 @@ export interface Dispatcher {
   stop(): Promise<void>;
 }
 
-const DEFAULT_ATTEMPT_TIMEOUT_MS = 15_000;
-
 export async function startDispatcher(args: DispatcherDeps & DispatcherOptions): Promise<Dispatcher> {
   const { db, bus, crypto, config, log } = args;
-  const attemptTimeoutMs = args.attemptTimeoutMs ?? DEFAULT_ATTEMPT_TIMEOUT_MS;
-  const leaseMs = args.leaseMs ?? DEFAULT_SCHEDULER_OPTIONS.leaseMs;
-  // A lease shorter than an attempt would let another replica start the same delivery.
-  if (leaseMs <= attemptTimeoutMs) throw new Error(`dispatcher: leaseMs (${leaseMs}) must exceed attemptTimeoutMs (${attemptTimeoutMs})`);
-
+  const attemptTimeoutMs = args.attemptTimeoutMs ?? DEFAULT_SCHEDULER_OPTIONS.attemptTimeoutMs;
   const ownEgress = args.egress === undefined;
   const egress = args.egress ?? createEgressClient({ allowPrivateTargets: config.webhookAllowPrivateTargets, timeoutMs: attemptTimeoutMs });
   const scheduler = new DeliveryScheduler(
@@ -55,7 +47,7 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
   let intake: Subscription | undefined;
   if (args.consumeEvents !== false) {
     try {
-      intake = await startIntake({ db, bus, log, schedule: config.webhookRetrySchedule, onPending: () => scheduler.kick() }, args.intake);
+      intake = await startIntake({ db, bus, log, schedule: config.webhookRetrySchedule, onPending: () => scheduler.kick(), handOff: scheduler }, args.intake);
     } catch (err) {
       await scheduler.stop();
       if (ownEgress) await egress.close();

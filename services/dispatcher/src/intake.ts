@@ -3,6 +3,11 @@
 // filters, URL) and acks. Writing is idempotent (one row per event), so a redelivered message or
 // a second replica changes nothing. The row, not the bus, then drives the attempts.
 //
+// Hand-off: a pending delivery due at once is written already claimed (leased) when the local
+// scheduler has room for its destination, and handed to it with what its attempt sends, so the
+// first attempt needs no claim query. Every other row waits for the scheduler's claims as before;
+// either way the row, leased or due, is what another replica takes over after a crash.
+//
 // At start the intake also routes every event that has no delivery row yet: the database is the
 // record, so events whose bus message was lost (in-process bus after a crash, purged stream) are
 // rebuilt from it.
@@ -10,18 +15,31 @@ import type { Bus, BusMessage, EventEnvelope, Logger, Subscription, WebhookConfi
 import type { Knex } from 'knex';
 import { firstAttemptDelayMs } from './backoff.ts';
 import { routeEvent, type WebhookSettings } from './routing.ts';
-import { findUnroutedEvents, insertDeliveries, insertDelivery, loadRoutingConfig, loadRoutingConfigs, type NewDelivery } from './store.ts';
+import { destinationKey } from './destination.ts';
+import { findUnroutedEvents, insertDeliveries, loadRoutingConfigs, type ClaimedDelivery, type NewDelivery } from './store.ts';
 import { CallBatcher } from '@switchboard/core';
 
 export const DISPATCHER_DURABLE = 'dispatcher';
+
+/** The local scheduler, as the intake sees it: it takes first attempts straight from the intake. */
+export interface DeliveryHandOff {
+  /** How long a handed-off row is leased (the scheduler's claim lease). */
+  readonly leaseMs: number;
+  /** How many more deliveries to this destination it can take now (0 when none). */
+  room(destination: string): number;
+  /** Deliveries written already claimed for it: it attempts them as its own claims. */
+  adopt(claims: ClaimedDelivery[]): void;
+}
 
 export interface IntakeDeps {
   db: Knex;
   bus: Bus;
   log: Logger;
   schedule: readonly number[];
-  /** Called after a pending delivery was written, so the local scheduler attempts it at once. */
+  /** Called after a pending delivery was written that was not handed off, so the local
+   *  scheduler claims it at once. */
   onPending?: () => void;
+  handOff?: DeliveryHandOff;
 }
 
 export interface IntakeOptions {
@@ -32,65 +50,85 @@ export interface IntakeOptions {
   maxMissingEventRetries?: number;
 }
 
-export type IntakeResult = 'recorded' | 'duplicate_or_missing_instance' | 'event_missing';
+/** `awaiting_claim`: its delivery row was written now, due, for the scheduler to claim;
+ *  `recorded`: its row exists (written before, handed off to the scheduler, or not to deliver). */
+export type IntakeResult = 'awaiting_claim' | 'recorded' | 'duplicate_or_missing_instance' | 'event_missing';
+
+type Routable = Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>;
 
 /** Routes one event and writes its delivery row (at most once per event). */
-export async function routeAndRecord(deps: Pick<IntakeDeps, 'db' | 'schedule'>, envelope: Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>): Promise<IntakeResult> {
-  const config = await loadRoutingConfig(deps.db, envelope.instanceId);
-  if (!config) return 'duplicate_or_missing_instance';
-  const decision = routeEvent(envelope, config.webhook as WebhookConfig, config.settings as WebhookSettings);
-  const exists = await insertDelivery(deps.db, {
-    eventId: envelope.id,
-    instanceId: envelope.instanceId,
-    status: decision.status,
-    url: decision.status === 'pending' ? decision.url : null,
-    firstAttemptDelayMs: firstAttemptDelayMs(deps.schedule),
-  });
-  return exists ? 'recorded' : 'event_missing';
+export async function routeAndRecord(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelope: Routable): Promise<IntakeResult> {
+  return (await routeAndRecordEach(deps, [envelope]))[0];
 }
 
 /** routeAndRecord for a batch of events: one query for the instances' configuration, one for
- *  the delivery rows. Returns how many events exist (and have their delivery row). */
-export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedule'>, envelopes: Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>[]): Promise<number> {
-  return (await routeBatch(deps, envelopes)).existing.size;
+ *  the delivery rows. */
+async function routeAndRecordEach(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelopes: Routable[]): Promise<IntakeResult[]> {
+  const { existing, instances, awaitingClaim } = await routeBatch(deps, envelopes);
+  return envelopes.map((e) =>
+    !instances.has(e.instanceId) ? 'duplicate_or_missing_instance' : awaitingClaim.has(e.id) ? 'awaiting_claim' : existing.has(e.id) ? 'recorded' : 'event_missing',
+  );
 }
 
 async function routeBatch(
-  deps: Pick<IntakeDeps, 'db' | 'schedule'>,
-  envelopes: Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>[],
-): Promise<{ existing: Set<string>; instances: Set<string> }> {
+  deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>,
+  envelopes: Routable[],
+): Promise<{ existing: Set<string>; instances: Set<string>; awaitingClaim: Set<string> }> {
   const configs = await loadRoutingConfigs(deps.db, [...new Set(envelopes.map((e) => e.instanceId))]);
   const rows: NewDelivery[] = [];
   const seen = new Set<string>(); // a redelivered message can share a batch with its first copy
+  const leases = new LeasePlanner(deps.handOff, firstAttemptDelayMs(deps.schedule));
   for (const envelope of envelopes) {
     const config = configs.get(envelope.instanceId);
     if (!config || seen.has(envelope.id)) continue;
     seen.add(envelope.id);
     const decision = routeEvent(envelope, config.webhook as WebhookConfig, config.settings as WebhookSettings);
+    const url = decision.status === 'pending' ? decision.url : null;
     rows.push({
       eventId: envelope.id,
       instanceId: envelope.instanceId,
       status: decision.status,
-      url: decision.status === 'pending' ? decision.url : null,
+      url,
       firstAttemptDelayMs: firstAttemptDelayMs(deps.schedule),
+      leaseMs: url === null ? undefined : leases.leaseFor(url),
     });
   }
-  return { existing: await insertDeliveries(deps.db, rows), instances: new Set(configs.keys()) };
+  const { existing, inserted, claimed } = await insertDeliveries(deps.db, rows);
+  if (claimed.length) deps.handOff!.adopt(claimed);
+  const awaitingClaim = new Set(rows.filter((r) => r.url !== null && r.leaseMs === undefined && inserted.has(r.eventId)).map((r) => r.eventId));
+  return { existing, instances: new Set(configs.keys()), awaitingClaim };
+}
+
+/** Which rows of one batch are written claimed: those due at once whose destination the local
+ *  scheduler has room for, counting the rows of this batch already planned for it. */
+class LeasePlanner {
+  private readonly planned = new Map<string, number>();
+
+  constructor(
+    private readonly handOff: DeliveryHandOff | undefined,
+    private readonly firstDelayMs: number,
+  ) {}
+
+  leaseFor(url: string): number | undefined {
+    if (!this.handOff || this.firstDelayMs > 0) return undefined;
+    const key = destinationKey(url);
+    const planned = this.planned.get(key) ?? 0;
+    if (planned >= this.handOff.room(key)) return undefined;
+    this.planned.set(key, planned + 1);
+    return this.handOff.leaseMs;
+  }
 }
 
 /**
- * Groups the events that bus handlers route concurrently into batches (routeAndRecordBatch): a
+ * Groups the events that bus handlers route concurrently into batches (routeAndRecordEach): a
  * batch starts at once when none is under way, and the events arriving meanwhile form the next
  * one. Each caller learns whether its own event exists, as routeAndRecord tells it.
  */
 export class IntakeBatcher {
   private readonly writer: CallBatcher<EventEnvelope, IntakeResult>;
 
-  constructor(deps: Pick<IntakeDeps, 'db' | 'schedule'>, maxBatch = 256) {
-    this.writer = new CallBatcher(async (envelopes) => {
-      const { existing, instances } = await routeBatch(deps, envelopes);
-      return envelopes.map((e) => (!instances.has(e.instanceId) ? 'duplicate_or_missing_instance' : existing.has(e.id) ? 'recorded' : 'event_missing'));
-    }, maxBatch);
+  constructor(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, maxBatch = 256) {
+    this.writer = new CallBatcher((envelopes) => routeAndRecordEach(deps, envelopes), maxBatch);
   }
 
   route(envelope: EventEnvelope): Promise<IntakeResult> {
@@ -110,7 +148,7 @@ export function parseEnvelope(data: Uint8Array): EventEnvelope | undefined {
 }
 
 /** Routes every event that has no delivery row yet, oldest first. Returns how many were routed. */
-export async function sweepUnroutedEvents(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'log' | 'onPending'>, batchSize = 500): Promise<number> {
+export async function sweepUnroutedEvents(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'log' | 'onPending' | 'handOff'>, batchSize = 500): Promise<number> {
   let after: { position: string; id: string } | null = null;
   let routed = 0;
   for (;;) {
@@ -122,9 +160,9 @@ export async function sweepUnroutedEvents(deps: Pick<IntakeDeps, 'db' | 'schedul
       else deps.log.warn({ eventId: event.id }, 'dispatcher: event body is not an envelope; not delivered');
     }
     // One batch at a time, and the scheduler starts on each while the next one is routed.
-    const recorded = await routeAndRecordBatch(deps, envelopes);
-    routed += recorded;
-    if (recorded > 0) deps.onPending?.();
+    const results = await routeAndRecordEach(deps, envelopes);
+    routed += results.filter((r) => r === 'awaiting_claim' || r === 'recorded').length;
+    if (results.includes('awaiting_claim')) deps.onPending?.();
     if (events.length < batchSize) return routed;
     const last = events[events.length - 1];
     after = { position: last.position, id: last.id };
@@ -145,7 +183,7 @@ export async function startIntake(deps: IntakeDeps, opts: IntakeOptions = {}): P
         return;
       }
       const result = await batcher.route(envelope);
-      if (result === 'recorded') deps.onPending?.();
+      if (result === 'awaiting_claim') deps.onPending?.();
       // The relay publishes after commit, so a missing event row is a race or a deleted
       // instance: wait for it a few times, then let it go (the instance's events are gone too).
       if (result === 'event_missing' && msg.deliveryCount < maxMissing) throw new Error(`event ${envelope.id} not found yet`);

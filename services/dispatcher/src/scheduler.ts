@@ -16,12 +16,14 @@
 // A webhook failure never touches the send queue: this module only writes `deliveries`.
 import type { Crypto, Logger, Metrics } from '@switchboard/core';
 import type { Knex } from 'knex';
-import { performAttempt, type AttemptOutcome } from './attempt.ts';
+import { performAttempt, type AttemptDeps, type AttemptOutcome } from './attempt.ts';
 import { retryDelayMs, type RetryTiming } from './backoff.ts';
 import { CircuitBreakers } from './breaker.ts';
 import { destinationKey } from './destination.ts';
 import type { EgressClient } from './egress.ts';
 import { DeliveredWriter } from './delivered-writer.ts';
+import { RecentValues } from './recent-values.ts';
+import type { DeliveryHandOff } from './intake.ts';
 import { claimDueDeliveries, recordFailure, releaseClaim, type ClaimedDelivery } from './store.ts';
 
 export interface SchedulerOptions {
@@ -29,6 +31,9 @@ export interface SchedulerOptions {
   pollIntervalMs: number;
   /** How long a claim is held; must exceed the attempt time-out. */
   leaseMs: number;
+  /** Whole attempt: connect + headers + body. A waiting claim with less lease left than this is
+   *  handed back rather than attempted, so no attempt can outlive its lease. */
+  attemptTimeoutMs: number;
   maxConcurrent: number;
   perDestinationConcurrency: number;
   breakerThreshold: number;
@@ -40,11 +45,12 @@ export interface SchedulerOptions {
 export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
   pollIntervalMs: 500,
   leaseMs: 60_000,
+  attemptTimeoutMs: 15_000,
   maxConcurrent: 64,
   perDestinationConcurrency: 4,
   breakerThreshold: 5,
   breakerCooldownMs: 30_000,
-  claimBatchSize: 32,
+  claimBatchSize: 64,
 };
 
 /** An open breaker never holds a destination back longer than its shortest retry delay, so the
@@ -65,13 +71,14 @@ export interface SchedulerDeps {
   metrics?: Metrics;
 }
 
-export class DeliveryScheduler {
+export class DeliveryScheduler implements DeliveryHandOff {
   private readonly opts: SchedulerOptions;
   private readonly breakers: CircuitBreakers;
   private readonly inFlight = new Set<Promise<void>>();
   /** Result writes of finished attempts (their slot is already free). */
   private readonly recording = new Set<Promise<void>>();
   private readonly delivered: DeliveredWriter;
+  private readonly attemptDeps: AttemptDeps;
   private readonly perDestination = new Map<string, number>();
   /** Claims waiting for a slot of their destination (at most perDestinationConcurrency each), so
    *  a finished attempt starts the next one without waiting for a claim round trip. */
@@ -86,8 +93,13 @@ export class DeliveryScheduler {
     options: Partial<SchedulerOptions> = {},
   ) {
     this.opts = { ...DEFAULT_SCHEDULER_OPTIONS, ...options, breakerCooldownMs: breakerCooldownFor(deps.timing, options.breakerCooldownMs) };
+    // A lease shorter than an attempt would let another replica start the same delivery.
+    const { leaseMs, attemptTimeoutMs } = this.opts;
+    if (leaseMs <= attemptTimeoutMs) throw new Error(`dispatcher: leaseMs (${leaseMs}) must exceed attemptTimeoutMs (${attemptTimeoutMs})`);
     this.breakers = new CircuitBreakers({ threshold: this.opts.breakerThreshold, cooldownMs: this.opts.breakerCooldownMs });
     this.delivered = new DeliveredWriter(deps.db);
+    const secrets = new RecentValues((sealed) => deps.crypto.open(sealed));
+    this.attemptDeps = { db: deps.db, egress: deps.egress, metrics: deps.metrics, openSecret: (sealed) => secrets.get(sealed) };
     deps.metrics?.trackBreakers(() => this.breakers.openCount());
   }
 
@@ -131,6 +143,24 @@ export class DeliveryScheduler {
     const waiting = [...this.ready.values()].flat();
     this.ready.clear();
     await Promise.allSettled(waiting.map((claim) => releaseClaim(this.deps.db, claim, claim.dueAt)));
+  }
+
+  get leaseMs(): number {
+    return this.opts.leaseMs;
+  }
+
+  /** How many more deliveries to this destination the intake may hand over now: as many as a
+   *  claim would take, none while its breaker is open or after stop. */
+  room(destination: string): number {
+    if (this.stopped || this.breakers.isOpen(destination)) return 0;
+    return Math.max(0, this.roomPerDestination() - this.heldBy(destination));
+  }
+
+  /** Claims the intake wrote for this scheduler (leased rows): attempted like its own claims. */
+  adopt(claims: ClaimedDelivery[]): void {
+    for (const claim of claims) {
+      this.dispatch(claim).catch((err) => this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: a handed-off delivery could not be started; its lease brings it back'));
+    }
   }
 
   private readyCount(): number {
@@ -207,6 +237,12 @@ export class DeliveryScheduler {
       else this.waitForSlot(key, claim);
       return;
     }
+    if (claim.leaseUntil.getTime() - Date.now() < this.opts.attemptTimeoutMs) {
+      // Waited too long behind a slow destination: its lease could end mid-attempt and let
+      // another replica start the same delivery. Give it back as due; a fresh claim takes it.
+      await releaseClaim(this.deps.db, claim, claim.dueAt);
+      return;
+    }
     const admission = this.breakers.admit(key);
     if (!admission.allowed) {
       await releaseClaim(this.deps.db, claim, new Date(Math.max(admission.retryAt, claim.dueAt.getTime())));
@@ -214,12 +250,15 @@ export class DeliveryScheduler {
     }
     this.perDestination.set(key, (this.perDestination.get(key) ?? 0) + 1);
     const running = this.attempt(claim, key).finally(() => {
+      const wasFull = this.inFlight.size >= this.opts.maxConcurrent;
       this.inFlight.delete(running);
       const left = (this.perDestination.get(key) ?? 1) - 1;
       if (left > 0) this.perDestination.set(key, left);
       else this.perDestination.delete(key);
       void this.startReady(key).catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: starting a waiting delivery failed'));
-      this.kick();
+      // Claiming after every attempt would fetch a row or two per statement: refill a destination
+      // once its waiting claims run low, and claim for others when the overall cap held them back.
+      if (wasFull || (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2) this.kick();
     });
     this.inFlight.add(running);
   }
@@ -232,7 +271,7 @@ export class DeliveryScheduler {
       this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: attempt could not be recorded');
     let outcome: AttemptOutcome;
     try {
-      outcome = await performAttempt(this.deps, claim);
+      outcome = await performAttempt(this.attemptDeps, claim);
     } catch (err) {
       couldNotRecord(err);
       return;

@@ -4,6 +4,12 @@
 // overwrite the result of the replica that took over).
 import type { Knex } from 'knex';
 
+/** Query options that make a constant statement a named prepared statement on PostgreSQL: it is
+ *  parsed and planned once per connection instead of on every call (PGlite ignores the name). */
+function prepared(name: string): { name: string } {
+  return { name };
+}
+
 /** What an attempt sends: the exact body, the trace context and the instance's sealed secret. */
 export interface AttemptMaterial {
   body: string;
@@ -45,8 +51,6 @@ export interface ClaimOptions {
  * what the attempt sends (body, trace context, sealed secret), read at claim time.
  */
 export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
-  const exclude = opts.excludeDestinations;
-  const excludeSql = exclude.length ? `AND destinations.destination NOT IN (${exclude.map(() => '?').join(', ')})` : '';
   // `destinations` walks the distinct destinations with open deliveries through the index
   // deliveries_due_by_destination (one probe each); `candidates` takes each one's oldest due rows,
   // as many as it has room for. A saturated or dead destination's backlog is never scanned.
@@ -70,7 +74,7 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
          LIMIT coalesce((?::jsonb ->> destinations.destination)::int, ?)
          FOR UPDATE SKIP LOCKED
        ) c
-       WHERE destinations.destination IS NOT NULL ${excludeSql}
+       WHERE destinations.destination IS NOT NULL AND NOT (destinations.destination = ANY (?::text[]))
      ), due AS (
        SELECT event_id, due_at FROM candidates ORDER BY due_at LIMIT ?
      )
@@ -80,8 +84,8 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
      WHERE d.event_id = due.event_id
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
                e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
-    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, ...exclude, opts.limit, opts.leaseMs],
-  );
+    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs],
+  ).options(prepared('dispatcher_claim_due'));
   return (result.rows as any[])
     .map((r) => ({
       eventId: r.event_id,
@@ -129,17 +133,20 @@ export interface DeliveredAttempt {
  */
 export async function recordDeliveredBatch(db: Knex, delivered: DeliveredAttempt[]): Promise<Set<string>> {
   if (!delivered.length) return new Set();
-  const values = delivered.map(() => '(?, ?::timestamptz, ?::int, ?::int)').join(', ');
-  const bindings = delivered.flatMap(({ claim, statusCode }) => [claim.eventId, claim.leaseUntil.toISOString(), claim.attempts + 1, statusCode]);
   const result = await db.raw(
     `UPDATE deliveries d
      SET status = 'delivered', attempts = v.attempts, last_status_code = v.status_code, last_error = NULL,
          delivered_at = now(), next_attempt_at = NULL, updated_at = now()
-     FROM (VALUES ${values}) AS v(event_id, lease_until, attempts, status_code)
+     FROM unnest(?::text[], ?::timestamptz[], ?::int[], ?::int[]) AS v(event_id, lease_until, attempts, status_code)
      WHERE d.event_id = v.event_id AND d.next_attempt_at = v.lease_until AND d.status IN ('pending', 'retrying')
      RETURNING d.event_id`,
-    bindings,
-  );
+    [
+      delivered.map((a) => a.claim.eventId),
+      delivered.map((a) => a.claim.leaseUntil.toISOString()),
+      delivered.map((a) => a.claim.attempts + 1),
+      delivered.map((a) => a.statusCode),
+    ],
+  ).options(prepared('dispatcher_record_delivered'));
   return new Set((result.rows as { event_id: string }[]).map((r) => r.event_id));
 }
 
@@ -179,48 +186,80 @@ export interface NewDelivery {
   status: 'pending' | 'filtered' | 'no_destination';
   url: string | null;
   firstAttemptDelayMs: number;
+  /** Pending rows only: written already claimed by this replica, leased for this long (the
+   *  intake hands them straight to the scheduler, so no claim query has to find them). */
+  leaseMs?: number;
+}
+
+export interface InsertedDeliveries {
+  /** Event ids that exist (whether their row was written now or before). */
+  existing: Set<string>;
+  /** Event ids whose row was written now. */
+  inserted: Set<string>;
+  /** Rows written now with a lease (NewDelivery.leaseMs), as claims ready to attempt. */
+  claimed: ClaimedDelivery[];
 }
 
 /**
- * Writes the delivery row of an event once (a redelivered bus message changes nothing). Returns
- * false when the event row does not exist (not committed yet, or deleted with its instance).
+ * Writes the delivery row of each event once, in one statement: a redelivered bus message
+ * changes nothing, and rows of events that do not exist (not committed yet, or deleted with
+ * their instance) are skipped. Rows asked for with a lease come back as claims, with what their
+ * attempt sends; a row that existed already is not claimed (its own lease or schedule stands).
  */
-export async function insertDelivery(db: Knex, d: NewDelivery): Promise<boolean> {
+export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Promise<InsertedDeliveries> {
+  if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [] };
+  const pending = (d: NewDelivery) => d.status === 'pending';
+  // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
   const result = await db.raw(
-    `INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
-     SELECT e.id, e.instance_id, ?, ?, CASE WHEN ?::boolean THEN now() + (?::double precision * interval '1 millisecond') END
-     FROM events e WHERE e.id = ? AND e.instance_id = ?
-     ON CONFLICT (event_id) DO NOTHING
-     RETURNING event_id`,
-    [d.status, d.url, d.status === 'pending', d.firstAttemptDelayMs, d.eventId, d.instanceId],
-  );
-  if (result.rows.length > 0) return true;
-  return (await db('events').where({ id: d.eventId }).first('id')) !== undefined;
-}
-
-/**
- * insertDelivery for many events in one statement (rows of events that no longer exist are
- * skipped). Returns the event ids that exist (whether their row was written now or before).
- */
-export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Promise<Set<string>> {
-  if (!deliveries.length) return new Set();
-  const values = deliveries.map(() => '(?, ?, ?, ?, ?::double precision)').join(', ');
-  const bindings = deliveries.flatMap((d) => [d.eventId, d.instanceId, d.status, d.url, d.status === 'pending' ? d.firstAttemptDelayMs : null]);
-  const result = await db.raw(
-    `WITH v(event_id, instance_id, status, url, delay_ms) AS (VALUES ${values}),
+    `WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
+                AS v(event_id, instance_id, status, url, delay_ms, lease_ms)),
      inserted AS (
        INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
-       SELECT e.id, e.instance_id, v.status, v.url, CASE WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END
+       SELECT e.id, e.instance_id, v.status, v.url,
+              CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond')
+                   WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END
        FROM v JOIN events e ON e.id = v.event_id AND e.instance_id = v.instance_id
        ON CONFLICT (event_id) DO NOTHING
+       RETURNING event_id, instance_id, url, next_attempt_at
      )
-     SELECT e.id FROM v JOIN events e ON e.id = v.event_id`,
-    bindings,
-  );
-  return new Set((result.rows as { id: string }[]).map((r) => r.id));
+     SELECT e.id, c.event_id IS NOT NULL AS inserted, c.instance_id, c.url, now() AS due_at,
+            CASE WHEN v.lease_ms IS NOT NULL THEN c.next_attempt_at END AS lease_until,
+            CASE WHEN v.lease_ms IS NOT NULL AND c.event_id IS NOT NULL THEN e.body END AS body,
+            e.trace_context, i.webhook_secret_sealed
+     FROM v JOIN events e ON e.id = v.event_id
+     LEFT JOIN inserted c ON c.event_id = v.event_id
+     LEFT JOIN instances i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL`,
+    [
+      deliveries.map((d) => d.eventId),
+      deliveries.map((d) => d.instanceId),
+      deliveries.map((d) => d.status),
+      deliveries.map((d) => d.url),
+      deliveries.map((d) => (pending(d) ? d.firstAttemptDelayMs : null)),
+      deliveries.map((d) => (pending(d) ? (d.leaseMs ?? null) : null)),
+    ] as Knex.RawBinding[],
+  ).options(prepared('dispatcher_insert_deliveries'));
+  const existing = new Set<string>();
+  const inserted = new Set<string>();
+  const claimed: ClaimedDelivery[] = [];
+  for (const r of result.rows as any[]) {
+    existing.add(r.id);
+    if (r.inserted) inserted.add(r.id);
+    if (!r.inserted || r.lease_until === null) continue;
+    claimed.push({
+      eventId: r.id,
+      instanceId: r.instance_id,
+      url: r.url,
+      attempts: 0,
+      dueAt: new Date(r.due_at),
+      leaseUntil: new Date(r.lease_until),
+      material: { body: r.body, traceContext: r.trace_context ?? null, secretSealed: r.webhook_secret_sealed ?? null },
+    });
+  }
+  return { existing, inserted, claimed };
 }
 
-/** loadRoutingConfig for several instances in one query (instances that do not exist are absent). */
+/** The instances' webhook configuration and settings, as routing needs them, in one query
+ *  (instances that do not exist are absent). */
 export async function loadRoutingConfigs(db: Knex, instanceIds: string[]): Promise<Map<string, { webhook: Record<string, unknown>; settings: Record<string, unknown> }>> {
   const rows = instanceIds.length ? await db('instances').whereIn('id', instanceIds).select('id', 'webhook', 'settings') : [];
   return new Map(rows.map((r: any) => [r.id, { webhook: asObject(r.webhook), settings: asObject(r.settings) }]));
@@ -247,16 +286,6 @@ export async function findUnroutedEvents(db: Knex, after: { position: string; id
   if (after) query.whereRaw('(e.created_at, e.id) > (?::timestamptz, ?)', [after.position, after.id]);
   const rows = await query;
   return rows.map((r: any) => ({ id: r.id, instanceId: r.instance_id, body: r.body, position: r.position }));
-}
-
-/** The instance's webhook configuration and settings, as routing needs them. */
-export async function loadRoutingConfig(
-  db: Knex,
-  instanceId: string,
-): Promise<{ webhook: Record<string, unknown>; settings: Record<string, unknown> } | undefined> {
-  const row = await db('instances').where({ id: instanceId }).first('webhook', 'settings');
-  if (!row) return undefined;
-  return { webhook: asObject(row.webhook), settings: asObject(row.settings) };
 }
 
 function asObject(value: unknown): Record<string, unknown> {

@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 import { DeliveredWriter } from '../src/delivered-writer.ts';
 import { destinationKey } from '../src/destination.ts';
 import { IntakeBatcher, sweepUnroutedEvents } from '../src/intake.ts';
-import { claimDueDeliveries, recordDeliveredBatch } from '../src/store.ts';
+import { claimDueDeliveries, recordDeliveredBatch, type ClaimedDelivery } from '../src/store.ts';
 import { createInstance, crypto, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent } from './support.ts';
 
 describe('dispatcher batching (PostgreSQL)', () => {
@@ -108,7 +108,45 @@ describe('dispatcher batching (PostgreSQL)', () => {
       batcher.route({ ...late, id: 'evt_missing' }),
       batcher.route({ ...late, id: 'evt_other', instanceId: 'inst_gone' }),
     ]);
-    assert.deepEqual(answers, ['recorded', 'recorded', 'recorded', 'event_missing', 'duplicate_or_missing_instance']);
+    assert.deepEqual(answers, ['recorded', 'awaiting_claim', 'awaiting_claim', 'event_missing', 'duplicate_or_missing_instance']);
     assert.equal(Number((await db('deliveries').count({ n: '*' }).first())!.n), 8);
+  });
+
+  it('hands first attempts to the local scheduler as leased claims, up to its room per destination', async () => {
+    const a = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    const b = await createInstance(db, { webhook: { url: 'https://b.example/hook' } });
+    const filtered = await createInstance(db, { webhook: {} }); // no URL: nothing to deliver
+    const adopted: ClaimedDelivery[] = [];
+    const handOff = { leaseMs: 60_000, room: (key: string) => (key === 'https://a.example' ? 2 : 0), adopt: (c: ClaimedDelivery[]) => void adopted.push(...c) };
+    const batcher = new IntakeBatcher({ db, schedule: FAST_SCHEDULE, handOff });
+    const earlier = await recordRoutedEvent(db, a.id); // its row exists already: never handed off
+    const events = [earlier];
+    for (let i = 0; i < 3; i++) events.push(await recordTestEvent(db, a.id));
+    events.push(await recordTestEvent(db, b.id), await recordTestEvent(db, filtered.id));
+    const answers = await Promise.all(events.map((e) => batcher.route(e)));
+
+    assert.deepEqual(answers, ['recorded', 'recorded', 'recorded', 'awaiting_claim', 'awaiting_claim', 'recorded']);
+    assert.deepEqual(adopted.map((c) => c.eventId), [events[1].id, events[2].id], 'the room of a.example, nothing for b.example');
+    for (const claim of adopted) {
+      const row = await db('deliveries').where({ event_id: claim.eventId }).first();
+      const event = await db('events').where({ id: claim.eventId }).first('body');
+      assert.equal(row.status, 'pending');
+      assert.equal(new Date(row.next_attempt_at).getTime(), claim.leaseUntil.getTime(), 'written leased: no claim takes it meanwhile');
+      assert.ok(claim.leaseUntil.getTime() - Date.now() > 50_000);
+      assert.equal(claim.attempts, 0);
+      assert.equal(claim.material?.body, event.body);
+      assert.equal(crypto.open(claim.material!.secretSealed!), a.secret);
+    }
+    // The claim query finds only what was not handed off.
+    const claimed = await claim({ perDestinationLimit: 10 });
+    assert.deepEqual(new Set(claimed.map((c) => c.eventId)), new Set([earlier.id, events[3].id, events[4].id]));
+  });
+
+  it('hands nothing off when the first attempt is scheduled later', async () => {
+    const a = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    const adopted: ClaimedDelivery[] = [];
+    const batcher = new IntakeBatcher({ db, schedule: [5000, ...FAST_SCHEDULE.slice(1)], handOff: { leaseMs: 60_000, room: () => 10, adopt: (c) => void adopted.push(...c) } });
+    assert.equal(await batcher.route(await recordTestEvent(db, a.id)), 'awaiting_claim');
+    assert.equal(adopted.length, 0);
   });
 });

@@ -25,7 +25,7 @@ function startScheduler(
   const egress = createEgressClient({ allowPrivateTargets: true, timeoutMs: 1000, resolve: localResolve, ...opts.egress });
   const scheduler = new DeliveryScheduler(
     { db, crypto, egress, log, timing: { schedule: opts.schedule ?? FAST_SCHEDULE, retryAfterCapMs: opts.retryAfterCapMs } },
-    { pollIntervalMs: 20, leaseMs: 5000, ...opts },
+    { pollIntervalMs: 20, leaseMs: 5000, attemptTimeoutMs: opts.egress?.timeoutMs ?? 1000, ...opts },
   );
   scheduler.start();
   return {
@@ -226,6 +226,24 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal(slowRequests.length, 2, 'the slow destination got exactly its cap of concurrent attempts');
     const slowRows = await db('deliveries').whereIn('event_id', slowEvents.map((e) => e.id));
     assert.ok(slowRows.every((r) => r.status === 'pending' && r.attempts === 0), 'slow attempts still under way');
+  });
+
+  it('never attempts a waiting claim whose lease could run out mid-attempt: it is handed back and claimed afresh', async () => {
+    // One slot, 400 ms per answer, a 1.2 s lease and a 0.7 s attempt budget: of a claim batch,
+    // the third waiting delivery would start with under 0.7 s of lease left.
+    receiver.respondWith(() => ({ status: 200, delayMs: 400 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/slow-ok') } });
+    const events: EventEnvelope[] = [];
+    for (let i = 0; i < 6; i++) events.push(await recordRoutedEvent(db, inst.id));
+    start(db, { perDestinationConcurrency: 1, leaseMs: 1200, attemptTimeoutMs: 700, egress: { timeoutMs: 700 } });
+    for (const e of events) await waitForStatus(db, e.id, 'delivered');
+    const ids = receiver.requests.map((r) => r.headers['x-service-event-id']);
+    assert.equal(ids.length, 6, 'each delivery attempted exactly once');
+    assert.deepEqual(new Set(ids), new Set(events.map((e) => e.id)));
+  });
+
+  it('refuses a lease that does not exceed the attempt time-out', () => {
+    assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });
 
   it('opens the circuit breaker after consecutive failures and reschedules without counting attempts', async () => {

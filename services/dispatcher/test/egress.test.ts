@@ -1,0 +1,69 @@
+// The egress client against a real HTTPS server: the response body is read only up to the cap.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { createEgressClient } from '../src/egress.ts';
+import { RecentValues } from '../src/recent-values.ts';
+
+const TLS_DIR = join(import.meta.dirname, '..', '..', '..', 'test', 'fixtures', 'tls');
+
+describe('egress client (HTTPS)', function () {
+  this.timeout(20_000);
+  let server: Server;
+  let url: string;
+  let closedEarly = 0;
+
+  before(async () => {
+    server = createServer({ cert: readFileSync(join(TLS_DIR, 'server.pem')), key: readFileSync(join(TLS_DIR, 'server-key.pem')) }, (req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      if (req.url === '/small') return void res.end('ok');
+      // Endless: keeps writing until the client hangs up.
+      const chunk = Buffer.alloc(16 * 1024, 'x');
+      const pump = () => {
+        while (!res.destroyed && res.write(chunk));
+        if (!res.destroyed) res.once('drain', pump);
+      };
+      res.once('close', () => void (res.writableEnded || closedEarly++));
+      pump();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  it('reads a response body up to the cap, then hangs up: an endless body neither hangs nor fails the attempt', async () => {
+    const egress = createEgressClient({ allowPrivateTargets: true, timeoutMs: 5000, maxResponseBytes: 64 * 1024 });
+    try {
+      assert.deepEqual(await egress.post(`${url}/endless`, { 'content-type': 'application/json' }, '{}'), { statusCode: 200, retryAfterMs: undefined });
+      assert.deepEqual(await egress.post(`${url}/small`, { 'content-type': 'application/json' }, '{}'), { statusCode: 200, retryAfterMs: undefined });
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(closedEarly, 1, 'the endless response was cut off by the client');
+    } finally {
+      await egress.close();
+    }
+  });
+});
+
+describe('RecentValues', () => {
+  it('computes a value once, never remembers a failure, and stays within its bound', () => {
+    let computed = 0;
+    const values = new RecentValues((key: string) => {
+      computed++;
+      if (key === 'bad') throw new Error('bad key');
+      return key.toUpperCase();
+    }, 2);
+    assert.equal(values.get('a'), 'A');
+    assert.equal(values.get('a'), 'A');
+    assert.equal(computed, 1);
+    assert.throws(() => values.get('bad'));
+    assert.throws(() => values.get('bad'));
+    assert.equal(computed, 3, 'a failure is computed again');
+    values.get('b');
+    values.get('c'); // full: starts over
+    values.get('a');
+    assert.equal(computed, 6);
+  });
+});
