@@ -1,16 +1,18 @@
 // Dispatcher throughput to one healthy receiver, against a bare undici loop that signs and posts
-// the same bodies with the same concurrency. Events are recorded and published to NATS first; the
-// loop runs next, then the dispatcher starts. Both rates are counted between the first and the
-// last webhook arriving, so process start-up is not part of either figure.
-import { createHmac } from 'node:crypto';
+// the same bodies with the same concurrency from its own process (signing-loop.ts), as the
+// dispatcher does. Events are recorded and published to NATS first; the loop runs next, then the
+// dispatcher starts. Both rates are counted between the first and the last webhook arriving, so
+// process start-up is not part of either figure.
 import { createLogger, openBus, openDatabase, OutboxRelay, recordEvent } from '@switchboard/core';
-import { Pool } from 'undici';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startHttpsReceiver, TEST_CA_PATH, type HttpsReceiver } from '../../support/https-receiver.ts';
 import { ApiClient } from '../../support/http.ts';
-import { waitUntil } from '../../support/cluster.ts';
+import { spawnManaged, waitUntil } from '../../support/cluster.ts';
 import { createInstance, setWebhook } from '../api.ts';
 import type { BenchCluster } from '../targets.ts';
+import type { SigningLoopJob } from '../signing-loop.ts';
 
 export interface DispatcherFigures {
   events: number;
@@ -79,28 +81,18 @@ function ratePerSecond(receiver: HttpsReceiver, count: number): number {
   return ((count - 1) / span) * 1000;
 }
 
-/** The baseline: what a minimal client does — sign (HMAC-SHA256 over "ts.body") and POST. */
+/** Runs signing-loop.ts over the bodies against the receiver; resolves once all arrived. */
 async function signAndPost(receiver: HttpsReceiver, bodies: { id: string; body: string }[], secret: string): Promise<void> {
-  const pool = new Pool(`https://127.0.0.1:${receiver.port}`, { connections: PER_DESTINATION_CONCURRENCY, connect: { ca: readFileSync(TEST_CA_PATH) } });
-  let next = 0;
-  const worker = async () => {
-    while (next < bodies.length) {
-      const { id, body } = bodies[next++];
-      const ts = String(Math.floor(Date.now() / 1000));
-      const signature = createHmac('sha256', secret).update(`${ts}.${body}`).digest('hex');
-      const res = await pool.request({
-        method: 'POST',
-        path: '/baseline',
-        headers: { 'content-type': 'application/json', 'x-service-event-id': id, 'x-service-timestamp': ts, 'x-service-signature': `sha256=${signature}` },
-        body,
-      });
-      await res.body.dump();
-      if (res.statusCode >= 300) throw new Error(`baseline post: ${res.statusCode}`);
-    }
-  };
+  const dir = mkdtempSync(join(tmpdir(), 'sb-signing-loop-'));
+  const job: SigningLoopJob = { origin: `https://127.0.0.1:${receiver.port}`, caPath: TEST_CA_PATH, secret, concurrency: PER_DESTINATION_CONCURRENCY, bodies };
+  writeFileSync(join(dir, 'job.json'), JSON.stringify(job));
+  const loop = spawnManaged({ name: 'signing-loop', args: ['--import', 'tsx', 'test/bench/signing-loop.ts'], env: { SIGNING_LOOP_JOB: join(dir, 'job.json') }, supervise: false });
   try {
-    await Promise.all(Array.from({ length: PER_DESTINATION_CONCURRENCY }, worker));
+    await receiver.waitForRequests(bodies.length, 120_000);
+  } catch (err) {
+    throw new Error(`${String(err)}\n${loop.output()}`);
   } finally {
-    await pool.close();
+    await loop.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
