@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { createEgressClient } from '../src/egress.ts';
+import { createEgressClient, EgressError } from '../src/egress.ts';
 import { RecentValues } from '../src/recent-values.ts';
 
 const TLS_DIR = join(import.meta.dirname, '..', '..', '..', 'test', 'fixtures', 'tls');
@@ -20,6 +20,11 @@ describe('egress client (HTTPS)', function () {
       req.resume();
       res.writeHead(200, { 'content-type': 'text/plain' });
       if (req.url === '/small') return void res.end('ok');
+      if (req.url === '/trickle') {
+        // A byte every 50 ms: never idle long enough for a per-chunk time-out.
+        const timer = setInterval(() => res.write('x'), 50);
+        return void res.once('close', () => clearInterval(timer));
+      }
       // Endless: keeps writing until the client hangs up.
       const chunk = Buffer.alloc(16 * 1024, 'x');
       const pump = () => {
@@ -41,6 +46,16 @@ describe('egress client (HTTPS)', function () {
       assert.deepEqual(await egress.post(`${url}/small`, { 'content-type': 'application/json' }, '{}'), { statusCode: 200, retryAfterMs: undefined });
       await new Promise((r) => setTimeout(r, 100));
       assert.equal(closedEarly, 1, 'the endless response was cut off by the client');
+    } finally {
+      await egress.close();
+    }
+  });
+
+  it('fails an attempt whose body is still trickling in at the deadline: the limit covers the whole exchange', async () => {
+    const egress = createEgressClient({ allowPrivateTargets: true, timeoutMs: 600 });
+    try {
+      await assert.rejects(egress.post(`${url}/trickle`, { 'content-type': 'application/json' }, '{}'), (err: EgressError) => err instanceof EgressError && err.kind === 'timeout');
+      assert.deepEqual(await egress.post(`${url}/small`, {}, '{}'), { statusCode: 200, retryAfterMs: undefined }, 'the client still works after a timeout');
     } finally {
       await egress.close();
     }
