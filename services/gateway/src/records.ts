@@ -9,8 +9,10 @@ export function projectRecord(row: any) {
   return { id: row.id, name: row.name, createdAt: iso(row.created_at), updatedAt: iso(row.updated_at) };
 }
 
+const DEFAULT_SETTINGS: Readonly<InstanceSettings> = Object.freeze(defaultSettings());
+
 export function settingsOf(row: any): InstanceSettings {
-  return { ...defaultSettings(), ...json<Partial<InstanceSettings>>(row.settings ?? {}) };
+  return { ...DEFAULT_SETTINGS, ...json<Partial<InstanceSettings>>(row.settings ?? {}) };
 }
 
 export function webhookOf(row: any): Record<string, string> {

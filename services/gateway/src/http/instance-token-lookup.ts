@@ -19,7 +19,9 @@ export class InstanceTokenLookup {
   }
 
   private async readBatch(hashes: string[]): Promise<(Record<string, any> | undefined)[]> {
-    const rows = await this.db('instances').whereIn('token_hash', [...new Set(hashes)]);
+    // One statement text whatever the batch size: PostgreSQL parses and plans it once per connection.
+    const result = await this.db.raw('select * from instances where token_hash = any(?::text[])', [[...new Set(hashes)]]).options({ name: 'gateway_instance_by_token' });
+    const rows = result.rows as Record<string, any>[];
     const byHash = new Map(rows.map((row: Record<string, any>) => [row.token_hash as string, row]));
     return hashes.map((hash) => byHash.get(hash));
   }

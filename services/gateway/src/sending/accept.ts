@@ -49,13 +49,14 @@ export function acceptSend(
 type InstanceRow = { paused: boolean; state: string; settings: unknown; queued_count?: number };
 
 async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, instance: InstanceRow): Promise<Accepted> {
-  const contentHash = hashContent(req);
+  // Only a key's reuse compares content: without one there is nothing to hash.
+  const contentHash = idempotencyKey ? hashContent(req) : null;
   const refusal = refusalOf(instance);
   // A retried media send finds its operation before converting and storing the file again, and a
   // retry must be answered even if the instance was paused since. Otherwise (text, the hot path)
   // the insert itself detects a used key (ON CONFLICT), one statement fewer.
   if (idempotencyKey && (req.type !== 'text' || refusal)) {
-    const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash);
+    const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash!);
     if (reused) return reused;
   }
   if (refusal) throw refusal;
@@ -83,7 +84,7 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
       deps.relay.kick();
       return { id: item.id, messengerId: item.messenger_id, status: 'queued', reused: false };
     }
-    const reused = await findReusable(deps.db, instanceId, idempotencyKey!, contentHash);
+    const reused = await findReusable(deps.db, instanceId, idempotencyKey!, contentHash!);
     if (reused) return reused;
   }
   // Only a race with a concurrent release of the same key gets here.

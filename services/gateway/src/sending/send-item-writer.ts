@@ -18,7 +18,7 @@ export interface NewSendItem {
   payload: string;
   status: 'queued';
   idempotency_key: string | null;
-  content_hash: string;
+  content_hash: string | null;
   expires_at: Date;
   trace_context: string | null;
 }
