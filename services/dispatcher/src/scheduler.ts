@@ -23,6 +23,7 @@ import { destinationKey } from './destination.ts';
 import type { EgressClient } from './egress.ts';
 import { DeliveredWriter } from './delivered-writer.ts';
 import { RecentValues } from './recent-values.ts';
+import { ResponsiveDestinations } from './responsive-destinations.ts';
 import type { DeliveryHandOff } from './intake.ts';
 import { claimDueDeliveries, recordFailure, releaseClaim, type ClaimedDelivery } from './store.ts';
 
@@ -41,6 +42,9 @@ export interface SchedulerOptions {
   /** Most deliveries claimed by one query. */
   claimBatchSize: number;
 }
+
+/** Claims waiting for a slot, in all destinations, are capped at this many claim batches. */
+const WAITING_BATCHES = 4;
 
 export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
   pollIntervalMs: 500,
@@ -80,6 +84,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
   private readonly delivered: DeliveredWriter;
   private readonly attemptDeps: AttemptDeps;
   private readonly perDestination = new Map<string, number>();
+  private readonly responsive = new ResponsiveDestinations();
   /** Claims waiting for a slot of their destination (at most perDestinationConcurrency each), so
    *  a finished attempt starts the next one without waiting for a claim round trip. */
   private readonly ready = new Map<string, ClaimedDelivery[]>();
@@ -153,7 +158,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  claim would take, none while its breaker is open or after stop. */
   room(destination: string): number {
     if (this.stopped || this.breakers.isOpen(destination)) return 0;
-    return Math.max(0, this.roomPerDestination() - this.heldBy(destination));
+    return Math.max(0, this.roomFor(destination) - this.heldBy(destination));
   }
 
   /** Claims the intake wrote for this scheduler (leased rows): attempted like its own claims. */
@@ -178,7 +183,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
         limit,
         leaseMs: this.opts.leaseMs,
         excludeDestinations: this.saturatedDestinations(),
-        perDestinationLimit: this.roomPerDestination(),
+        // A destination with nothing under way: its concurrency (it has answered nothing lately).
+        perDestinationLimit: this.opts.perDestinationConcurrency,
         freeSlots: this.freeRoom(),
       });
       for (const claim of claims) await this.dispatch(claim);
@@ -186,12 +192,12 @@ export class DeliveryScheduler implements DeliveryHandOff {
     }
   }
 
-  /** A destination holds at most its concurrency in attempts plus a claim batch ready to go: enough
-   *  that its slots never wait for a claim round trip (a commit each) while it has a backlog. Once
-   *  maxConcurrent claims wait in all, only free slots are claimed: waiting claims of slow
-   *  destinations never keep a destination with free slots from being served. */
-  private roomPerDestination(): number {
-    const prefetching = this.readyCount() < this.opts.maxConcurrent;
+  /** A destination holds at most its concurrency in attempts plus, when it answers quickly (see
+   *  ResponsiveDestinations), a claim batch ready to go: enough that its slots never wait for a
+   *  claim round trip (a commit each) while it has a backlog. Once WAITING_BATCHES claim batches
+   *  wait in all, only free slots are claimed. */
+  private roomFor(key: string): number {
+    const prefetching = this.readyCount() < this.opts.claimBatchSize * WAITING_BATCHES && this.responsive.isResponsive(key);
     return this.opts.perDestinationConcurrency + (prefetching ? this.opts.claimBatchSize : 0);
   }
 
@@ -199,17 +205,19 @@ export class DeliveryScheduler implements DeliveryHandOff {
     return (this.perDestination.get(key) ?? 0) + (this.ready.get(key)?.length ?? 0);
   }
 
+  /** Destinations with attempts under way or waiting. */
+  private busyDestinations(): Set<string> {
+    return new Set([...this.perDestination.keys(), ...this.ready.keys()]);
+  }
+
   private saturatedDestinations(): string[] {
-    const keys = new Set([...this.perDestination.keys(), ...this.ready.keys()]);
-    const room = this.roomPerDestination();
-    return [...keys].filter((key) => this.heldBy(key) >= room);
+    return [...this.busyDestinations()].filter((key) => this.heldBy(key) >= this.roomFor(key));
   }
 
   /** Destinations with attempts under way or waiting → how many more claims they may take now. */
   private freeRoom(): Record<string, number> {
     const free: Record<string, number> = {};
-    const room = this.roomPerDestination();
-    for (const key of new Set([...this.perDestination.keys(), ...this.ready.keys()])) free[key] = Math.max(0, room - this.heldBy(key));
+    for (const key of this.busyDestinations()) free[key] = Math.max(0, this.roomFor(key) - this.heldBy(key));
     return free;
   }
 
@@ -270,12 +278,14 @@ export class DeliveryScheduler implements DeliveryHandOff {
       // The database failed us mid-attempt: the lease brings the delivery back later.
       this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: attempt could not be recorded');
     let outcome: AttemptOutcome;
+    const started = performance.now();
     try {
       outcome = await performAttempt(this.attemptDeps, claim);
     } catch (err) {
       couldNotRecord(err);
       return;
     }
+    if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
     const recording = this.record(claim, key, outcome)
       .catch(couldNotRecord)
       .finally(() => this.recording.delete(recording));

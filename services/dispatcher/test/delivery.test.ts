@@ -242,6 +242,20 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.deepEqual(new Set(ids), new Set(events.map((e) => e.id)));
   });
 
+  it('claims ahead only for a destination that answers quickly: a silent one holds just its concurrency', async () => {
+    receiver.respondWith((r) => (r.path === '/silent' ? { blackHole: true } : { status: 200, delayMs: 200 }));
+    const silent = await createInstance(db, { webhook: { url: receiver.url('/silent') } });
+    const quick = await createInstance(db, { webhook: { url: receiver.url('/quick', 'localhost') } });
+    for (let i = 0; i < 12; i++) await recordRoutedEvent(db, silent.id);
+    for (let i = 0; i < 12; i++) await recordRoutedEvent(db, quick.id);
+    start(db, { perDestinationConcurrency: 2, claimBatchSize: 8, egress: { timeoutMs: 3000 }, leaseMs: 10_000 });
+    const leased = async (instanceId: string) =>
+      Number((await db('deliveries').where({ instance_id: instanceId, status: 'pending' }).where('next_attempt_at', '>', db.fn.now()).count({ n: '*' }).first())!.n);
+    await receiver.waitForRequests(4, 10_000, (r) => r.path === '/quick');
+    await waitFor('the quick destination to be claimed ahead', async () => (await leased(quick.id)) > 2);
+    assert.equal(await leased(silent.id), 2, 'the silent destination: its 2 attempts under way, nothing waiting');
+  });
+
   it('refuses a lease that does not exceed the attempt time-out', () => {
     assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });

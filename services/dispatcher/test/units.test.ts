@@ -4,6 +4,7 @@ import { createHmac } from 'node:crypto';
 import { retryDelayMs } from '../src/backoff.ts';
 import { CircuitBreakers } from '../src/breaker.ts';
 import { destinationKey } from '../src/destination.ts';
+import { QUICK_ANSWER_MS, RESPONSIVE_FOR_MS, ResponsiveDestinations } from '../src/responsive-destinations.ts';
 import { checkWebhookUrl, isPublicAddress, parseRetryAfter } from '../src/egress.ts';
 import { computeSignature, signatureHeaders, verifySignature } from '../src/signing.ts';
 
@@ -125,5 +126,20 @@ describe('destinationKey', () => {
   it('is the lower-cased scheme and authority', () => {
     assert.equal(destinationKey('https://Hooks.Example.com/a/b?c=1'), 'https://hooks.example.com');
     assert.equal(destinationKey('https://127.0.0.1:8443/x'), 'https://127.0.0.1:8443');
+  });
+});
+
+describe('ResponsiveDestinations', () => {
+  it('a destination is responsive after a quick answer, until it has not answered quickly for a while', () => {
+    let now = 0;
+    const d = new ResponsiveDestinations(() => now);
+    assert.equal(d.isResponsive('a'), false, 'never seen');
+    d.answered('a', QUICK_ANSWER_MS + 1);
+    assert.equal(d.isResponsive('a'), false, 'a slow answer earns nothing');
+    d.answered('a', 5);
+    assert.equal(d.isResponsive('a'), true);
+    assert.equal(d.isResponsive('b'), false, 'per destination');
+    now += RESPONSIVE_FOR_MS + 1;
+    assert.equal(d.isResponsive('a'), false, 'lapsed');
   });
 });
