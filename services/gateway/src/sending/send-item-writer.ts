@@ -74,7 +74,8 @@ export class SendItemWriter {
       announcements.map((a) => a.payload),
       announcements.map((a) => a.headers),
     ];
-    const result = await this.db.raw(INSERT_WITH_ANNOUNCEMENTS, arrays as Parameters<Db['raw']>[1]);
+    // A named statement: PostgreSQL parses and plans it once per connection.
+    const result = await this.db.raw(INSERT_WITH_ANNOUNCEMENTS, arrays as Parameters<Db['raw']>[1]).options({ name: 'gateway_insert_send_items' });
     const inserted = new Set((result.rows as { id: string }[]).map((r) => r.id));
     return items.map((item) => (inserted.has(item.id) ? 'queued' : 'key_in_use'));
   }
