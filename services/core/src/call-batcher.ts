@@ -1,8 +1,10 @@
 // Groups concurrent calls into batches handled by one function — group commit for writes, one
 // query for many look-ups: a batch starts at once when none is under way (a lone item waits for
 // nothing), and items that arrive while it runs form the next batch. Each caller gets the result
-// for its own item. A batcher whose callers are not waiting on the result (a record of something
-// already done) may instead gather items for a few milliseconds: fewer, fuller statements.
+// for its own item. With `gatherMs`, a batch that is not full first waits that long for more
+// items: fewer, fuller statements for a little latency — for writes nobody waits on, and on
+// PGlite, which runs each statement on the event loop itself, so that without the wait no
+// request is read while a batch runs and every batch holds one item.
 
 export class CallBatcher<In, Out> {
   private waiting: { item: In; settle: (out: Out) => void; fail: (err: unknown) => void }[] = [];

@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { CallBatcher } from '../src/call-batcher.ts';
+import { batchGatherMs, openDatabase } from '../src/index.ts';
 
 describe('CallBatcher', () => {
   const recording = () => {
@@ -40,5 +44,21 @@ describe('CallBatcher', () => {
     await batcher.idle();
     assert.deepEqual(batches[2], [7]);
     assert.equal(await late, 70);
+  });
+});
+
+describe('batchGatherMs', () => {
+  it('gathers on PGlite (statements run on the event loop), not on PostgreSQL', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sb-gather-'));
+    const embedded = openDatabase({ dataDir: dir });
+    const server = openDatabase({ databaseUrl: 'postgres://127.0.0.1:5432/test', dataDir: dir });
+    try {
+      assert.ok(batchGatherMs(embedded) > 0);
+      assert.equal(batchGatherMs(server), 0);
+    } finally {
+      await embedded.destroy();
+      await server.destroy();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -43,6 +43,14 @@ export async function migrate(db: Db): Promise<void> {
   await db.migrate.latest({ migrationSource });
 }
 
+/** How long a group-commit batch (CallBatcher) on this database waits for more items. PGlite runs
+ *  each statement on the event loop, so no request is read meanwhile: without a wait, each batch
+ *  holds one item (measured: 295 accepts/s; with 3 ms, 3,791). PostgreSQL's batches fill while
+ *  the previous statement is in flight, so they start at once. */
+export function batchGatherMs(db: Db): number {
+  return isEmbedded(db) ? 3 : 0;
+}
+
 /** True when the handle is PGlite, which has a single connection (no advisory-lock sessions). */
 export function isEmbedded(db: Db): boolean {
   return db.client.config.client !== 'pg';

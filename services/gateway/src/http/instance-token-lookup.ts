@@ -2,7 +2,7 @@
 // runs form the next (the same grouping as SendItemWriter), so under load the credential check of
 // many requests costs one statement. Each look-up still reads the database after its request
 // arrived, so a renewed or deleted token stops working on the very next request.
-import { CallBatcher, type Db } from '@switchboard/core';
+import { batchGatherMs, CallBatcher, type Db } from '@switchboard/core';
 
 const MAX_BATCH = 64;
 
@@ -10,7 +10,7 @@ export class InstanceTokenLookup {
   private readonly reader: CallBatcher<string, Record<string, any> | undefined>;
 
   constructor(private readonly db: Db) {
-    this.reader = new CallBatcher((hashes) => this.readBatch(hashes), MAX_BATCH);
+    this.reader = new CallBatcher((hashes) => this.readBatch(hashes), MAX_BATCH, batchGatherMs(db));
   }
 
   /** The instance row whose token has this hash, or undefined. */

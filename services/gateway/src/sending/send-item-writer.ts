@@ -7,7 +7,7 @@
 // item's sake — an instance's queue filled up or the instance was deleted, or a lock wait ran into
 // another writer — its items are written one by one in arrival order, so the limit stays exact and
 // every item gets its own answer.
-import { CallBatcher, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
+import { batchGatherMs, CallBatcher, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
 
 export interface NewSendItem {
   id: string;
@@ -35,7 +35,7 @@ export class SendItemWriter {
   private readonly writer: CallBatcher<NewSendItem, WriteResult>;
 
   constructor(private readonly db: Db) {
-    this.writer = new CallBatcher((items) => this.writeBatch(items), MAX_BATCH);
+    this.writer = new CallBatcher((items) => this.writeBatch(items), MAX_BATCH, batchGatherMs(db));
   }
 
   write(item: NewSendItem): Promise<WriteResult> {
