@@ -14,8 +14,7 @@ import { eventually } from '../support/http.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const SCREENSHOTS = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'test-results', 'dashboard');
-// Generous: on a loaded 2-core CI machine one step once waited more than 10 s (cause not found).
-const UI_TIMEOUT_MS = 20_000;
+const UI_TIMEOUT_MS = 10_000;
 
 describe('dashboard end to end (headless Chromium)', function () {
   this.timeout(90_000);
@@ -45,6 +44,19 @@ describe('dashboard end to end (headless Chromium)', function () {
       executablePath: CHROMIUM,
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
+  });
+
+  // On a failure, what the pages showed: a screenshot each and their alert texts (the API's
+  // problem details the dashboard displays), so a failing step says what the page saw.
+  afterEach(async function () {
+    if (this.currentTest?.state !== 'failed') return;
+    for (const [i, context] of contexts.entries()) {
+      for (const [j, page] of context.pages().entries()) {
+        await page.screenshot({ path: join(SCREENSHOTS, `failed-${i}-${j}.png`), fullPage: true }).catch(() => {});
+        const alerts = await page.locator('[role="alert"], .form-error, .field-error').allTextContents().catch(() => []);
+        console.log(`dashboard page ${i}-${j} at ${page.url()}: ${alerts.join(' | ') || 'no alert shown'}`);
+      }
+    }
   });
 
   after(async () => {
@@ -115,6 +127,8 @@ describe('dashboard end to end (headless Chromium)', function () {
 
     // Create an instance in the project; the dashboard opens it.
     await navLink(page, 'Instances').click();
+    // The Projects page has a "Name" field too: fill only once the Instances page has replaced it.
+    await page.getByRole('heading', { name: 'Create an instance' }).waitFor();
     await page.getByLabel('Name').fill('Front desk');
     await page.getByLabel('Project', { exact: true }).selectOption('support');
     await page.getByRole('button', { name: 'Create instance' }).click();
