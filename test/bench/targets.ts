@@ -1,7 +1,7 @@
 // The servers the benchmarks drive: the bare Koa baseline, the durability floor (Koa + one
-// group-commit INSERT), the embedded server (PGlite +
-// in-process bus) and cluster mode (gateway, dispatcher and sessions as separate processes on
-// PostgreSQL + NATS). Each runs in its own process, as in production; the load generator stays here.
+// group-commit INSERT), the embedded server (PGlite + in-process bus) and cluster mode (gateway,
+// dispatcher and sessions as separate processes on PostgreSQL + NATS). Each runs in its own
+// process, as in production; the load generator stays here.
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,24 +17,30 @@ export interface ServerUnderTest {
   stop(): Promise<void>;
 }
 
-export async function startBareKoa(): Promise<ServerUnderTest> {
-  const p = spawnManaged({ name: 'bare-koa', args: ['--import', 'tsx', 'test/bench/bare-koa.ts'], env: {}, supervise: false });
-  const port = await waitUntil('bare koa listening', () => p.output().match(/listening (\d+)/)?.[1], 30_000);
-  return { url: `http://127.0.0.1:${port}`, adminKey: '', process: p, stop: async () => void (await p.stop()) };
+/** A reference server: test/bench/<name>.ts, which prints "listening <port>" once ready. */
+async function startReference(name: string, env: Record<string, string>, cleanUp: () => Promise<void> = async () => {}): Promise<ServerUnderTest> {
+  const p = spawnManaged({ name, args: ['--import', 'tsx', `test/bench/${name}.ts`], env, supervise: false });
+  const stop = async () => {
+    await p.stop();
+    await cleanUp();
+  };
+  try {
+    const port = await waitUntil(`${name} listening`, () => p.output().match(/listening (\d+)/)?.[1], 30_000);
+    return { url: `http://127.0.0.1:${port}`, adminKey: '', process: p, stop };
+  } catch (err) {
+    await stop();
+    throw new Error(`${String(err)}\n${p.output()}`);
+  }
+}
+
+export function startBareKoa(): Promise<ServerUnderTest> {
+  return startReference('bare-koa', {});
 }
 
 /** Bare Koa plus a group-commit INSERT per request (durable-floor.ts), on a fresh database. */
 export async function startDurableFloor(): Promise<ServerUnderTest> {
   const database = await createTestDatabase();
-  const p = spawnManaged({ name: 'durable-floor', args: ['--import', 'tsx', 'test/bench/durable-floor.ts'], env: { DATABASE_URL: database.url }, supervise: false });
-  try {
-    const port = await waitUntil('durable floor listening', () => p.output().match(/listening (\d+)/)?.[1], 30_000);
-    return { url: `http://127.0.0.1:${port}`, adminKey: '', process: p, stop: async () => void (await p.stop(), await database.drop()) };
-  } catch (err) {
-    await p.stop();
-    await database.drop();
-    throw new Error(`${String(err)}\n${p.output()}`);
-  }
+  return startReference('durable-floor', { DATABASE_URL: database.url }, () => database.drop());
 }
 
 export async function startEmbedded(extraEnv: Record<string, string> = {}): Promise<ServerUnderTest> {

@@ -100,9 +100,9 @@ async function routeBatch(
 }
 
 /** Which rows of one batch are written claimed: those due at once whose destination the local
- *  scheduler has room for, counting the rows of this batch already planned for it. */
+ *  scheduler has room for (asked once per destination, then counted down over the batch). */
 class LeasePlanner {
-  private readonly planned = new Map<string, number>();
+  private readonly left = new Map<string, number>();
 
   constructor(
     private readonly handOff: DeliveryHandOff | undefined,
@@ -112,9 +112,9 @@ class LeasePlanner {
   leaseFor(url: string): number | undefined {
     if (!this.handOff || this.firstDelayMs > 0) return undefined;
     const key = destinationKey(url);
-    const planned = this.planned.get(key) ?? 0;
-    if (planned >= this.handOff.room(key)) return undefined;
-    this.planned.set(key, planned + 1);
+    const left = this.left.get(key) ?? this.handOff.room(key);
+    if (left <= 0) return undefined;
+    this.left.set(key, left - 1);
     return this.handOff.leaseMs;
   }
 }

@@ -196,8 +196,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  ResponsiveDestinations), a claim batch ready to go: enough that its slots never wait for a
    *  claim round trip (a commit each) while it has a backlog. Once WAITING_BATCHES claim batches
    *  wait in all, only free slots are claimed. */
-  private roomFor(key: string): number {
-    const prefetching = this.readyCount() < this.opts.claimBatchSize * WAITING_BATCHES && this.responsive.isResponsive(key);
+  private roomFor(key: string, waiting = this.readyCount()): number {
+    const prefetching = waiting < this.opts.claimBatchSize * WAITING_BATCHES && this.responsive.isResponsive(key);
     return this.opts.perDestinationConcurrency + (prefetching ? this.opts.claimBatchSize : 0);
   }
 
@@ -211,13 +211,15 @@ export class DeliveryScheduler implements DeliveryHandOff {
   }
 
   private saturatedDestinations(): string[] {
-    return [...this.busyDestinations()].filter((key) => this.heldBy(key) >= this.roomFor(key));
+    const waiting = this.readyCount();
+    return [...this.busyDestinations()].filter((key) => this.heldBy(key) >= this.roomFor(key, waiting));
   }
 
   /** Destinations with attempts under way or waiting → how many more claims they may take now. */
   private freeRoom(): Record<string, number> {
     const free: Record<string, number> = {};
-    for (const key of this.busyDestinations()) free[key] = Math.max(0, this.roomFor(key) - this.heldBy(key));
+    const waiting = this.readyCount();
+    for (const key of this.busyDestinations()) free[key] = Math.max(0, this.roomFor(key, waiting) - this.heldBy(key));
     return free;
   }
 

@@ -3,12 +3,7 @@
 // out, and every later write is fenced on that lease value (a replica whose lease expired cannot
 // overwrite the result of the replica that took over).
 import type { Knex } from 'knex';
-
-/** Query options that make a constant statement a named prepared statement on PostgreSQL: it is
- *  parsed and planned once per connection instead of on every call (PGlite ignores the name). */
-function prepared(name: string): { name: string } {
-  return { name };
-}
+import { prepared } from '@switchboard/core';
 
 /** What an attempt sends: the exact body, the trace context and the instance's sealed secret. */
 export interface AttemptMaterial {
@@ -244,7 +239,7 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
   for (const r of result.rows as any[]) {
     existing.add(r.id);
     if (r.inserted) inserted.add(r.id);
-    if (!r.inserted || r.lease_until === null) continue;
+    if (r.lease_until === null) continue; // not inserted now, or not leased
     claimed.push({
       eventId: r.id,
       instanceId: r.instance_id,

@@ -47,9 +47,9 @@ export async function measureAccept(url: string, instances: BenchInstance[] | un
   let peak: Awaited<ReturnType<typeof runLoad>> | undefined;
   let peakConcurrency = 0;
   for (const concurrency of o.concurrencies) {
-    const run = await runLoad({ origin: url, request: (i) => request(i + concurrency * 1_000_000), durationMs: o.durationMs, warmupMs: o.warmupMs, concurrency });
-    o.progress(`${concurrency} in flight: ${run.rps.toFixed(0)} req/s, p50 ${run.p50Ms.toFixed(1)} ms, p99 ${run.p99Ms.toFixed(1)} ms ${JSON.stringify(run.statuses)}`);
-    if (!peak || run.rps > peak.rps) [peak, peakConcurrency] = [run, concurrency];
+    const loop = await runLoad({ origin: url, request: (i) => request(i + concurrency * 1_000_000), durationMs: o.durationMs, warmupMs: o.warmupMs, concurrency });
+    o.progress(`${concurrency} in flight: ${loop.rps.toFixed(0)} req/s, p50 ${loop.p50Ms.toFixed(1)} ms, p99 ${loop.p99Ms.toFixed(1)} ms ${JSON.stringify(loop.statuses)}`);
+    if (!peak || loop.rps > peak.rps) [peak, peakConcurrency] = [loop, concurrency];
   }
   if (!peak) throw new Error('measureAccept: no concurrency given');
   const rate = Math.max(1, Math.floor(peak.rps * 0.8));

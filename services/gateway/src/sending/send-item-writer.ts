@@ -7,7 +7,7 @@
 // item's sake — an instance's queue filled up or the instance was deleted, or a lock wait ran into
 // another writer — its items are written one by one in arrival order, so the limit stays exact and
 // every item gets its own answer.
-import { batchGatherMs, CallBatcher, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
+import { batchGatherMs, CallBatcher, prepared, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
 
 export interface NewSendItem {
   id: string;
@@ -74,8 +74,7 @@ export class SendItemWriter {
       announcements.map((a) => a.payload),
       announcements.map((a) => a.headers),
     ];
-    // A named statement: PostgreSQL parses and plans it once per connection.
-    const result = await this.db.raw(INSERT_WITH_ANNOUNCEMENTS, arrays as Parameters<Db['raw']>[1]).options({ name: 'gateway_insert_send_items' });
+    const result = await this.db.raw(INSERT_WITH_ANNOUNCEMENTS, arrays as Parameters<Db['raw']>[1]).options(prepared('gateway_insert_send_items'));
     const inserted = new Set((result.rows as { id: string }[]).map((r) => r.id));
     return items.map((item) => (inserted.has(item.id) ? 'queued' : 'key_in_use'));
   }
