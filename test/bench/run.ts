@@ -19,7 +19,8 @@ import { startBareKoa, startBenchCluster, startDurableFloor, startEmbedded, type
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const OUT = process.env.BENCH_OUT ?? join(REPO_ROOT, 'test/bench/results/latest.json');
 const ACCEPT = { durationMs: SECONDS * 1000, warmupMs: 1500, concurrencies: [32, 64, 128] };
-const DISPATCH_EVENTS = 5000; // a window of ≈ 0.5 s for the loop, several seconds for the dispatcher
+// Events of the dispatcher scenario (BENCH_DISPATCH_EVENTS): enough that both rates are steady-state.
+const DISPATCH_EVENTS = Number(process.env.BENCH_DISPATCH_EVENTS ?? 20_000);
 const ACCEPT_INSTANCES = 600; // × 1000 queue slots each: nothing consumes them in the bench, and the queue limit must never cap the figure
 // BENCH_ONLY=dispatcher,pipeline,accept-cluster,… runs only those scenarios (to compare one change
 // before/after); the full table needs every scenario.
@@ -96,7 +97,7 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
   if (wants('baseline')) await acceptReference('baseline', accept);
   if (wants('floor')) await acceptReference('floor', accept);
   if (wants('accept-embedded')) await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
-  if (wants('accept-cluster')) await withServer(() => startBenchCluster(), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
+  if (wants('accept-cluster')) await withServer(() => startBenchCluster({ nodeArgs: benchNodeArgs() }), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
   const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
   out.accept = Object.fromEntries(Object.entries(accept).map(([k, v]) => [k, strip(v)]));
   if (wants('dispatcher')) out.dispatcher = await measureDispatcherScenario();
@@ -108,9 +109,14 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
   console.log(JSON.stringify(out, null, 2));
 }
 
+/** BENCH_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is passed to every cluster process
+ *  of the scenarios run alone (BENCH_ONLY=accept-cluster or dispatcher), to profile them. */
+function benchNodeArgs(): string[] | undefined {
+  return process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean);
+}
+
 function measureDispatcherScenario() {
-  // BENCH_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is passed to every cluster process.
-  const nodeArgs = process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean);
+  const nodeArgs = benchNodeArgs();
   // BENCH_DISPATCH_CONCURRENCY sets the dispatcher's per-destination slots and the loop's alike.
   const env = { DISPATCHER_PER_DESTINATION_CONCURRENCY: String(PER_DESTINATION_CONCURRENCY) };
   return withServer(() => startBenchCluster({ dispatchers: 0, nodeArgs, env }), (b) => measureDispatcher(b, DISPATCH_EVENTS, progress('dispatcher')));

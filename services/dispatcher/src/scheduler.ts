@@ -88,6 +88,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Claims waiting for a slot of their destination (at most perDestinationConcurrency each), so
    *  a finished attempt starts the next one without waiting for a claim round trip. */
   private readonly ready = new Map<string, ClaimedDelivery[]>();
+  /** Destinations whose last claim took every due row it found: refilling them waits for news
+   *  (kick: new rows, the poll) instead of asking the database again after every attempt. */
+  private readonly drained = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> | undefined;
   private again = false;
@@ -115,8 +118,14 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.kick();
   }
 
-  /** Look for due deliveries now (new delivery rows, a finished attempt). Calls coalesce. */
+  /** Look for due deliveries now: there may be new ones (rows written, the poll). Calls coalesce. */
   kick(): void {
+    this.drained.clear();
+    this.claimSoon();
+  }
+
+  /** Runs a claim round now, or once more after the one under way. */
+  private claimSoon(): void {
     if (this.stopped) return;
     if (this.ticking) {
       this.again = true;
@@ -128,7 +137,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
         this.ticking = undefined;
         if (this.again) {
           this.again = false;
-          this.kick();
+          this.claimSoon();
         }
       });
   }
@@ -179,16 +188,33 @@ export class DeliveryScheduler implements DeliveryHandOff {
       const capacity = this.opts.maxConcurrent - this.inFlight.size;
       if (this.stopped || capacity <= 0) return;
       const limit = Math.min(capacity, this.opts.claimBatchSize);
+      const freeSlots = this.freeRoom();
       const claims = await claimDueDeliveries(this.deps.db, {
         limit,
         leaseMs: this.opts.leaseMs,
         excludeDestinations: this.saturatedDestinations(),
         // A destination with nothing under way: its concurrency (it has answered nothing lately).
         perDestinationLimit: this.opts.perDestinationConcurrency,
-        freeSlots: this.freeRoom(),
+        freeSlots,
       });
+      if (claims.length < limit) this.noteDrained(claims, freeSlots);
       for (const claim of claims) await this.dispatch(claim);
       if (claims.length < limit) return;
+    }
+  }
+
+  /** After a claim that the overall limit did not cut short: a destination that got less than
+   *  its room has no more due rows (as of the claim). */
+  private noteDrained(claims: ClaimedDelivery[], freeSlots: Record<string, number>): void {
+    const got = new Map<string, number>();
+    for (const claim of claims) {
+      const key = destinationKey(claim.url ?? '');
+      got.set(key, (got.get(key) ?? 0) + 1);
+    }
+    for (const key of new Set([...Object.keys(freeSlots), ...got.keys()])) {
+      const room = freeSlots[key] ?? this.opts.perDestinationConcurrency;
+      if (room > 0 && (got.get(key) ?? 0) < room) this.drained.add(key);
+      else this.drained.delete(key);
     }
   }
 
@@ -251,6 +277,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       // Waited too long behind a slow destination: its lease could end mid-attempt and let
       // another replica start the same delivery. Give it back as due; a fresh claim takes it.
       await releaseClaim(this.deps.db, claim, claim.dueAt);
+      this.drained.delete(key);
       return;
     }
     const admission = this.breakers.admit(key);
@@ -267,8 +294,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
       else this.perDestination.delete(key);
       void this.startReady(key).catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: starting a waiting delivery failed'));
       // Claiming after every attempt would fetch a row or two per statement: refill a destination
-      // once its waiting claims run low, and claim for others when the overall cap held them back.
-      if (wasFull || (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2) this.kick();
+      // once its waiting claims run low (unless its last claim found no more), and claim for
+      // others when the overall cap held them back.
+      const runningLow = (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2 && !this.drained.has(key);
+      if (wasFull || (runningLow && !this.ticking)) this.claimSoon();
     });
     this.inFlight.add(running);
   }

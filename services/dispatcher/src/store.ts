@@ -125,6 +125,11 @@ export interface DeliveredAttempt {
 /**
  * recordDelivered for many claims in one statement (each row still fenced on its own lease).
  * Returns the event ids whose row was updated.
+ *
+ * The status test is wrapped in coalesce() so the planner cannot answer it from the partial index
+ * of open deliveries: with statistics taken before a backlog built up it would scan that whole
+ * backlog for every batch (a hash join over tens of thousands of rows), where the primary key
+ * finds each row directly.
  */
 export async function recordDeliveredBatch(db: Knex, delivered: DeliveredAttempt[]): Promise<Set<string>> {
   if (!delivered.length) return new Set();
@@ -133,7 +138,7 @@ export async function recordDeliveredBatch(db: Knex, delivered: DeliveredAttempt
      SET status = 'delivered', attempts = v.attempts, last_status_code = v.status_code, last_error = NULL,
          delivered_at = now(), next_attempt_at = NULL, updated_at = now()
      FROM unnest(?::text[], ?::timestamptz[], ?::int[], ?::int[]) AS v(event_id, lease_until, attempts, status_code)
-     WHERE d.event_id = v.event_id AND d.next_attempt_at = v.lease_until AND d.status IN ('pending', 'retrying')
+     WHERE d.event_id = v.event_id AND d.next_attempt_at = v.lease_until AND coalesce(d.status IN ('pending', 'retrying'), false)
      RETURNING d.event_id`,
     [
       delivered.map((a) => a.claim.eventId),
@@ -200,6 +205,8 @@ export interface InsertedDeliveries {
  * changes nothing, and rows of events that do not exist (not committed yet, or deleted with
  * their instance) are skipped. Rows asked for with a lease come back as claims, with what their
  * attempt sends; a row that existed already is not claimed (its own lease or schedule stands).
+ * Events are read by primary key, one probe per row (LATERAL … OFFSET 0): for a batch of a few
+ * hundred the planner would otherwise often pick a sequential scan of the whole events table.
  */
 export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Promise<InsertedDeliveries> {
   if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [] };
@@ -207,13 +214,13 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
   // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
   const result = await db.raw(
     `WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
-                AS v(event_id, instance_id, status, url, delay_ms, lease_ms)),
+                WITH ORDINALITY AS v(event_id, instance_id, status, url, delay_ms, lease_ms, place)),
      inserted AS (
        INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
        SELECT e.id, e.instance_id, v.status, v.url,
               CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond')
                    WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END
-       FROM v JOIN events e ON e.id = v.event_id AND e.instance_id = v.instance_id
+       FROM v CROSS JOIN LATERAL (SELECT id, instance_id FROM events WHERE id = v.event_id AND instance_id = v.instance_id OFFSET 0) e
        ON CONFLICT (event_id) DO NOTHING
        RETURNING event_id, instance_id, url, next_attempt_at
      )
@@ -221,9 +228,10 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
             CASE WHEN v.lease_ms IS NOT NULL THEN c.next_attempt_at END AS lease_until,
             CASE WHEN v.lease_ms IS NOT NULL AND c.event_id IS NOT NULL THEN e.body END AS body,
             e.trace_context, i.webhook_secret_sealed
-     FROM v JOIN events e ON e.id = v.event_id
+     FROM v CROSS JOIN LATERAL (SELECT id, body, trace_context FROM events WHERE id = v.event_id OFFSET 0) e
      LEFT JOIN inserted c ON c.event_id = v.event_id
-     LEFT JOIN instances i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL`,
+     LEFT JOIN instances i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL
+     ORDER BY v.place`,
     [
       deliveries.map((d) => d.eventId),
       deliveries.map((d) => d.instanceId),

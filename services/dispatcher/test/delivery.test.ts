@@ -256,6 +256,31 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal(await leased(silent.id), 2, 'the silent destination: its 2 attempts under way, nothing waiting');
   });
 
+  it('asks the database again only when a claim may have left rows or new ones were announced', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/drained') } });
+    const events: EventEnvelope[] = [];
+    for (let i = 0; i < 3; i++) events.push(await recordRoutedEvent(db, inst.id));
+    let claims = 0;
+    const countClaims = (q: { sql: string }) => void (q.sql.includes('WITH RECURSIVE destinations') && claims++);
+    db.on('query', countClaims);
+    try {
+      // No poll: only the start, finished attempts and kicks can start a claim.
+      const { scheduler } = start(db, { perDestinationConcurrency: 2, claimBatchSize: 8, pollIntervalMs: 600_000 });
+      for (const e of events) await waitForStatus(db, e.id, 'delivered');
+      await new Promise((r) => setTimeout(r, 100));
+      // The first claim fills the two slots; the first answer makes room for a claim batch, and
+      // that claim takes the third row and finds no more: the other two attempts claim nothing.
+      assert.equal(claims, 2, 'no claim after an attempt once the destination was found drained');
+
+      const late = await recordRoutedEvent(db, inst.id);
+      scheduler.kick(); // what the intake does after writing a row it did not hand off
+      await waitForStatus(db, late.id, 'delivered');
+      assert.equal(claims, 3);
+    } finally {
+      db.off('query', countClaims);
+    }
+  });
+
   it('refuses a lease that does not exceed the attempt time-out', () => {
     assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });

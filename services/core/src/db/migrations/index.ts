@@ -4,6 +4,7 @@ import type { Knex } from 'knex';
 import * as m001 from './001_foundation.ts';
 import * as m002 from './002_queue_count.ts';
 import * as m003 from './003_delivery_destination.ts';
+import * as m004 from './004_event_sweep_index.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -14,6 +15,7 @@ const migrations: Record<string, Migration> = {
   '001_foundation': m001,
   '002_queue_count': m002,
   '003_delivery_destination': m003,
+  '004_event_sweep_index': m004,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
