@@ -46,6 +46,10 @@ async function acceptOn(name: string, server: { url: string; adminKey: string },
   results[`${name}+key`] = await measureAccept(server.url, await fresh(), true, { ...ACCEPT, progress: progress(`accept ${name} with Idempotency-Key`) });
 }
 
+function acceptOnCluster(results: Record<string, AcceptFigures>): Promise<void> {
+  return withServer(() => startBenchCluster({ nodeArgs: benchNodeArgs() }), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, results));
+}
+
 /** The references the accept figures are compared with: bare Koa, and Koa + a group-commit INSERT. */
 function acceptReference(name: 'baseline' | 'floor', accept: Record<string, AcceptFigures>): Promise<void> {
   const [start, label] = name === 'baseline' ? [startBareKoa, 'accept bare Koa baseline'] : [startDurableFloor, 'accept durability floor'];
@@ -70,7 +74,7 @@ async function main(): Promise<void> {
   await acceptReference('baseline', accept);
   await acceptReference('floor', accept);
   await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
-  await withServer(() => startBenchCluster(), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
+  await acceptOnCluster(accept);
 
   const dispatcher = await measureDispatcherScenario();
   const pipeline = await measurePipeline();
@@ -98,7 +102,7 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
   if (wants('baseline')) await acceptReference('baseline', accept);
   if (wants('floor')) await acceptReference('floor', accept);
   if (wants('accept-embedded')) await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
-  if (wants('accept-cluster')) await withServer(() => startBenchCluster({ nodeArgs: benchNodeArgs() }), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, accept));
+  if (wants('accept-cluster')) await acceptOnCluster(accept);
   const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
   out.accept = Object.fromEntries(Object.entries(accept).map(([k, v]) => [k, strip(v)]));
   if (wants('dispatcher')) out.dispatcher = await measureDispatcherScenario();
@@ -110,8 +114,8 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
   console.log(JSON.stringify(out, null, 2));
 }
 
-/** BENCH_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is passed to every cluster process
- *  of the scenarios run alone (BENCH_ONLY=accept-cluster or dispatcher), to profile them. */
+/** BENCH_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is passed to every process of the
+ *  accept-cluster and dispatcher scenarios, to profile them. */
 function benchNodeArgs(): string[] | undefined {
   return process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean);
 }
