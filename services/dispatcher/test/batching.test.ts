@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 import { DeliveredWriter } from '../src/delivered-writer.ts';
 import { destinationKey } from '../src/destination.ts';
 import { IntakeBatcher, sweepUnroutedEvents } from '../src/intake.ts';
-import { claimDueDeliveries, recordDeliveredBatch, type ClaimedDelivery } from '../src/store.ts';
+import { claimDueDeliveries, insertDeliveries, recordDeliveredBatch, type ClaimedDelivery } from '../src/store.ts';
 import { createInstance, crypto, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent } from './support.ts';
 
 describe('dispatcher batching (PostgreSQL)', () => {
@@ -78,6 +78,51 @@ describe('dispatcher batching (PostgreSQL)', () => {
       else assert.deepEqual([r.status, r.attempts, r.last_status_code], ['delivered', 1, 204]);
     }
   });
+
+  it('finds its rows by primary key however stale the statistics: no scan of the backlog or of all events', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    for (const table of ['events', 'deliveries']) await db.raw(`alter table ${table} set (autovacuum_enabled = false)`);
+    // Statistics taken at a quiet moment; then a backlog builds up that they do not know about.
+    await bulkEvents(inst.id, 0, 200, 'delivered');
+    await db.raw('analyze events, deliveries');
+    await bulkEvents(inst.id, 200, 3000, 'pending');
+    await bulkEvents(inst.id, 3000, 3500, null);
+    const claims = await claim({ perDestinationLimit: 5 });
+    const delivered = await tableReads(async (trx) => assert.equal((await recordDeliveredBatch(trx, claims.map((claim) => ({ claim, statusCode: 200 })))).size, 5));
+    assert.equal(delivered.deliveries.seqScans, 0);
+    assert.ok(delivered.deliveries.fetched < 100, `"delivered" read ${delivered.deliveries.fetched} delivery rows for 5`);
+
+    const unrouted = Array.from({ length: 500 }, (_, i) => ({ eventId: `evt_bulk${3000 + i}`, instanceId: inst.id, status: 'pending' as const, url: 'https://a.example/hook', firstAttemptDelayMs: 0 }));
+    const intake = await tableReads(async (trx) => assert.equal((await insertDeliveries(trx, unrouted)).inserted.size, 500));
+    assert.equal(intake.events.seqScans, 0, 'the intake probes events by primary key');
+  });
+
+  /** What one statement read of events and deliveries, from PostgreSQL's per-table counters
+   *  (before and after, in one transaction: the counters also hold earlier statements not yet reported). */
+  async function tableReads(statement: (trx: Knex.Transaction) => Promise<unknown>): Promise<Record<'events' | 'deliveries', { seqScans: number; fetched: number }>> {
+    return db.transaction(async (trx) => {
+      const counters = async () => {
+        const rows = (await trx.raw(`select relname, seq_scan, idx_tup_fetch from pg_stat_xact_user_tables where relname in ('events', 'deliveries')`)).rows as any[];
+        return Object.fromEntries(rows.map((r) => [r.relname, { seqScans: Number(r.seq_scan), fetched: Number(r.idx_tup_fetch) }]));
+      };
+      const before = await counters();
+      await statement(trx);
+      const after = await counters();
+      const delta = (t: string) => ({ seqScans: after[t].seqScans - before[t].seqScans, fetched: after[t].fetched - before[t].fetched });
+      return { events: delta('events'), deliveries: delta('deliveries') };
+    });
+  }
+
+  /** Events [from, to) of an instance, with a delivery row in `status` (none when null). */
+  async function bulkEvents(instanceId: string, from: number, to: number, status: 'pending' | 'delivered' | null): Promise<void> {
+    await db.raw(`insert into events (id, instance_id, type, body) select 'evt_bulk' || g, ?, 'message.sent', '{}' from generate_series(?::int, ?::int) g`, [instanceId, from, to - 1]);
+    if (!status) return;
+    await db.raw(
+      `insert into deliveries (event_id, instance_id, status, url, next_attempt_at)
+       select 'evt_bulk' || g, ?, ?, 'https://a.example/hook', case when ? = 'pending' then now() - interval '1 second' end from generate_series(?::int, ?::int) g`,
+      [instanceId, status, status, from, to - 1],
+    );
+  }
 
   it('DeliveredWriter groups concurrent records and answers each caller for its own row', async () => {
     const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
