@@ -112,6 +112,29 @@ describe('sandbox driver rules', () => {
     await rejects(driver.sandbox('inbound', { from: 'x', type: 'nope' }), 400, 'validation_failed');
   });
 
+  it('owes receipts the session was not there to take, and delivers them when it connects again', async () => {
+    const auth = new MemoryAuthStore();
+    const ctx = (l: RecordingListener) => ({ instanceId: 'inst-owed', auth, listener: l, isOwnSend: async () => false, settings: () => settings });
+    const slow = { db, receiptDelayMs: 200, reconnectDelayMs: 5 };
+    const first = new SandboxDriver(ctx(listener), slow);
+    await first.connect();
+    await first.sandbox('scan', { phone: '5511911112222' });
+    await first.send({ messengerId: 'OWED1', to: { kind: 'phone', phone: '5511955556666' }, type: 'text', text: 'x' });
+    await first.disconnect(); // stopped before any receipt was due
+
+    const next = new RecordingListener();
+    const second = new SandboxDriver(ctx(next), slow);
+    try {
+      await second.connect();
+      await until(() => next.receipts.some((r) => r.messengerId === 'OWED1' && r.status === 'read'), 'the owed read receipt', 5000);
+      assert.deepEqual(next.receipts.filter((r) => r.messengerId === 'OWED1').map((r) => r.status), ['sent', 'delivered', 'read']);
+      assert.ok(!listener.receipts.some((r) => r.messengerId === 'OWED1'), 'the first connection got none');
+      await until(async () => ((await db('sandbox_ledger').where({ messenger_id: 'OWED1' }).first('receipts_owed')).receipts_owed as string[]).length === 0, 'the ledger settled');
+    } finally {
+      await second.disconnect();
+    }
+  });
+
   it('drop logged_out clears credentials; inbound needs a connection', async () => {
     await rejects(driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'x' }), 409, 'not_connected');
     await driver.sandbox('scan', { phone: '5511911112222' });

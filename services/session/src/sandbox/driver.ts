@@ -14,7 +14,7 @@ import {
   type OutboundMessage,
 } from '@switchboard/core';
 import { readDrop, readInbound, readPair, readPresence, readScan } from './control-bodies.ts';
-import { destinationDigits, destinationJid, outcomeFor, receiptsFor, type SendOutcome } from './outcomes.ts';
+import { destinationDigits, destinationJid, outcomeFor, receiptsFor } from './outcomes.ts';
 
 export interface SandboxOptions {
   /** Records accepted sends in `sandbox_ledger`, so tests can prove nothing was sent twice. */
@@ -56,7 +56,10 @@ export class SandboxDriver implements NetworkDriver {
     const creds = await this.savedCreds();
     if (creds) {
       this.phone = creds.phone;
-      this.later(this.opts.reconnectDelayMs ?? 20, () => this.emitState('connected', { phone: creds.phone }));
+      this.later(this.opts.reconnectDelayMs ?? 20, async () => {
+        await this.emitState('connected', { phone: creds.phone });
+        await this.deliverOwedReceipts();
+      });
     } else {
       await this.awaitScan();
     }
@@ -103,12 +106,13 @@ export class SandboxDriver implements NetworkDriver {
         break;
       case 'connection_drop':
         // The bytes left, then the socket died before the server's ack: the sender cannot know.
-        await this.recordInLedger(msg);
+        await this.recordInLedger(msg, []);
         this.later(0, () => this.dropConnection());
         throw new SendError('connection_lost', 'The connection dropped while sending.', false);
     }
-    await this.recordInLedger(msg);
-    this.scheduleReceipts(msg, outcome);
+    const receipts = receiptsFor(outcome, msg.type === 'audio' && msg.ptt === true);
+    await this.recordInLedger(msg, receipts);
+    this.scheduleReceipts(msg.messengerId, receipts);
     this.echoOwnSend(msg);
   }
 
@@ -207,15 +211,34 @@ export class SandboxDriver implements NetworkDriver {
     return { messageId: message.messageId };
   }
 
-  private async recordInLedger(msg: OutboundMessage): Promise<void> {
-    await this.opts.db('sandbox_ledger').insert({ instance_id: this.ctx.instanceId, messenger_id: msg.messengerId, phone: destinationJid(msg.to) });
+  private async recordInLedger(msg: OutboundMessage, receipts: DeliveryStatus[]): Promise<void> {
+    await this.opts.db('sandbox_ledger').insert({ instance_id: this.ctx.instanceId, messenger_id: msg.messengerId, phone: destinationJid(msg.to), receipts_owed: receipts });
   }
 
-  private scheduleReceipts(msg: OutboundMessage, outcome: SendOutcome): void {
-    const statuses: DeliveryStatus[] = receiptsFor(outcome, msg.type === 'audio' && msg.ptt === true);
-    statuses.forEach((status, i) => {
-      this.later(this.opts.receiptDelayMs * (i + 1), () => this.emit(() => this.ctx.listener.onReceipt({ messengerId: msg.messengerId, status })));
+  /** Each receipt is crossed off the ledger once the session has taken it; one the session
+   *  never took (it stopped first) is delivered again when the account reconnects. */
+  private scheduleReceipts(messengerId: string, receipts: string[]): void {
+    receipts.forEach((status, i) => {
+      this.later(this.opts.receiptDelayMs * (i + 1), () =>
+        this.emit(async () => {
+          await this.ctx.listener.onReceipt({ messengerId, status: status as DeliveryStatus });
+          await this.ledgerRow(messengerId).update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
+        }),
+      );
     });
+  }
+
+  /** Receipts the network still owes this account (the session was not there to take them). */
+  private async deliverOwedReceipts(): Promise<void> {
+    const owed = (await this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId }).whereRaw(`receipts_owed <> '{}'`).orderBy('seq').select('messenger_id', 'receipts_owed')) as {
+      messenger_id: string;
+      receipts_owed: string[];
+    }[];
+    for (const row of owed) this.scheduleReceipts(row.messenger_id, row.receipts_owed);
+  }
+
+  private ledgerRow(messengerId: string) {
+    return this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
   }
 
   /** The real network echoes our own sends back to the account as its own messages. */

@@ -5,6 +5,7 @@ import * as m001 from './001_foundation.ts';
 import * as m002 from './002_queue_count.ts';
 import * as m003 from './003_delivery_destination.ts';
 import * as m004 from './004_event_sweep_index.ts';
+import * as m005 from './005_sandbox_receipts_owed.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -16,6 +17,7 @@ const migrations: Record<string, Migration> = {
   '002_queue_count': m002,
   '003_delivery_destination': m003,
   '004_event_sweep_index': m004,
+  '005_sandbox_receipts_owed': m005,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
