@@ -222,7 +222,8 @@ export class SandboxDriver implements NetworkDriver {
       this.later(this.opts.receiptDelayMs * (i + 1), () =>
         this.emit(async () => {
           await this.ctx.listener.onReceipt({ messengerId, status: status as DeliveryStatus });
-          await this.ledgerRow(messengerId).update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
+          const row = this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
+          await row.update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
         }),
       );
     });
@@ -235,10 +236,6 @@ export class SandboxDriver implements NetworkDriver {
       receipts_owed: string[];
     }[];
     for (const row of owed) this.scheduleReceipts(row.messenger_id, row.receipts_owed);
-  }
-
-  private ledgerRow(messengerId: string) {
-    return this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
   }
 
   /** The real network echoes our own sends back to the account as its own messages. */
