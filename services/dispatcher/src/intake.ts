@@ -77,7 +77,8 @@ async function routeBatch(
   const configs = await loadRoutingConfigs(deps.db, [...new Set(envelopes.map((e) => e.instanceId))]);
   const rows: NewDelivery[] = [];
   const seen = new Set<string>(); // a redelivered message can share a batch with its first copy
-  const leases = new LeasePlanner(deps.handOff, firstAttemptDelayMs(deps.schedule));
+  const firstDelayMs = firstAttemptDelayMs(deps.schedule);
+  const leases = new LeasePlanner(deps.handOff, firstDelayMs);
   for (const envelope of envelopes) {
     const config = configs.get(envelope.instanceId);
     if (!config || seen.has(envelope.id)) continue;
@@ -89,7 +90,7 @@ async function routeBatch(
       instanceId: envelope.instanceId,
       status: decision.status,
       url,
-      firstAttemptDelayMs: firstAttemptDelayMs(deps.schedule),
+      firstAttemptDelayMs: firstDelayMs,
       leaseMs: url === null ? undefined : leases.leaseFor(url),
     });
   }

@@ -205,30 +205,33 @@ export interface InsertedDeliveries {
  * changes nothing, and rows of events that do not exist (not committed yet, or deleted with
  * their instance) are skipped. Rows asked for with a lease come back as claims, with what their
  * attempt sends; a row that existed already is not claimed (its own lease or schedule stands).
- * Events are read by primary key, one probe per row (LATERAL … OFFSET 0): for a batch of a few
- * hundred the planner would otherwise often pick a sequential scan of the whole events table.
+ * Each event is read once, by primary key (LATERAL … OFFSET 0): for a batch of a few hundred the
+ * planner would otherwise often pick a sequential scan of the whole events table.
  */
 export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Promise<InsertedDeliveries> {
   if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [] };
   const pending = (d: NewDelivery) => d.status === 'pending';
   // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
   const result = await db.raw(
-    `WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
-                WITH ORDINALITY AS v(event_id, instance_id, status, url, delay_ms, lease_ms, place)),
+    `WITH v AS (
+       SELECT t.*, e.instance_id AS event_instance_id, e.body, e.trace_context
+       FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
+            WITH ORDINALITY AS t(event_id, instance_id, status, url, delay_ms, lease_ms, place)
+       CROSS JOIN LATERAL (SELECT instance_id, body, trace_context FROM events WHERE id = t.event_id OFFSET 0) e),
      inserted AS (
        INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
-       SELECT e.id, e.instance_id, v.status, v.url,
+       SELECT v.event_id, v.instance_id, v.status, v.url,
               CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond')
                    WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END
-       FROM v CROSS JOIN LATERAL (SELECT id, instance_id FROM events WHERE id = v.event_id AND instance_id = v.instance_id OFFSET 0) e
+       FROM v WHERE v.event_instance_id = v.instance_id
        ON CONFLICT (event_id) DO NOTHING
        RETURNING event_id, instance_id, url, next_attempt_at
      )
-     SELECT e.id, c.event_id IS NOT NULL AS inserted, c.instance_id, c.url, now() AS due_at,
+     SELECT v.event_id AS id, c.event_id IS NOT NULL AS inserted, c.instance_id, c.url, now() AS due_at,
             CASE WHEN v.lease_ms IS NOT NULL THEN c.next_attempt_at END AS lease_until,
-            CASE WHEN v.lease_ms IS NOT NULL AND c.event_id IS NOT NULL THEN e.body END AS body,
-            e.trace_context, i.webhook_secret_sealed
-     FROM v CROSS JOIN LATERAL (SELECT id, body, trace_context FROM events WHERE id = v.event_id OFFSET 0) e
+            CASE WHEN v.lease_ms IS NOT NULL AND c.event_id IS NOT NULL THEN v.body END AS body,
+            v.trace_context, i.webhook_secret_sealed
+     FROM v
      LEFT JOIN inserted c ON c.event_id = v.event_id
      LEFT JOIN instances i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL
      ORDER BY v.place`,

@@ -77,7 +77,7 @@ function describeGaps(receiver: HttpsReceiver, count: number): string {
 
 /** Arrivals left out of both rates: JIT warm-up, TLS handshakes and pools filling up. Over a short
  *  run that start dominates — the loop measured 9,000–10,000 posts/s over 5000 bodies and
- *  24,000–31,000 once warm — so both figures are steady-state rates. */
+ *  24,000–44,000 once warm — so both figures are steady-state rates. */
 const WARM_UP_SHARE = 0.2;
 
 /** Arrivals per second after the warm-up share, up to the last of `count`. */

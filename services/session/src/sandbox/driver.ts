@@ -217,11 +217,11 @@ export class SandboxDriver implements NetworkDriver {
 
   /** Each receipt is crossed off the ledger once the session has taken it; one the session
    *  never took (it stopped first) is delivered again when the account reconnects. */
-  private scheduleReceipts(messengerId: string, receipts: string[]): void {
+  private scheduleReceipts(messengerId: string, receipts: DeliveryStatus[]): void {
     receipts.forEach((status, i) => {
       this.later(this.opts.receiptDelayMs * (i + 1), () =>
         this.emit(async () => {
-          await this.ctx.listener.onReceipt({ messengerId, status: status as DeliveryStatus });
+          await this.ctx.listener.onReceipt({ messengerId, status });
           const row = this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
           await row.update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
         }),
@@ -233,7 +233,7 @@ export class SandboxDriver implements NetworkDriver {
   private async deliverOwedReceipts(): Promise<void> {
     const owed = (await this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId }).whereRaw(`receipts_owed <> '{}'`).orderBy('seq').select('messenger_id', 'receipts_owed')) as {
       messenger_id: string;
-      receipts_owed: string[];
+      receipts_owed: DeliveryStatus[];
     }[];
     for (const row of owed) this.scheduleReceipts(row.messenger_id, row.receipts_owed);
   }
