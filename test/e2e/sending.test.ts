@@ -291,15 +291,28 @@ for (const mode of modes) {
       assert.ok(!events.text.includes(code.body.code), 'pairing codes never appear in events');
     });
 
+    it('leaves a disconnected instance paused when a pairing-code request is refused', async () => {
+      assert.equal((await t.admin.post(`/api/instances/${inst.id}/disconnect`)).status, 200);
+      const refused = await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' });
+      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      const after = (await t.admin.get(`/api/instances/${inst.id}`)).body;
+      assert.equal(after.paused, true);
+      assert.equal(after.state, 'stopped');
+      assert.equal((await t.admin.post(`/api/instances/${inst.id}/connect`)).status, 200);
+      await waitForState(t.admin, inst.id, 'connected');
+    });
+
     it('reconnects a connected instance after a restart, without a new scan, and loses no queued send', async () => {
       const res = await send({ phone: '5511988887777', type: 'text', text: 'before restart' });
+      const unpaired = (await t.admin.post('/api/instances', { name: 'Never paired' })).body;
+      await waitForState(t.admin, unpaired.id, 'awaiting_scan');
       await t.restart();
       const back = await waitForState(t.admin, inst.id, 'connected');
       assert.equal(back.phone, '5511900000001');
       const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['read', 'uncertain']);
       assert.ok(item);
-      const fresh = await t.admin.post('/api/instances', { name: 'Never started' });
-      assert.equal((await t.admin.get(`/api/instances/${fresh.body.id}`)).body.state, 'stopped');
+      // A started instance that was never paired is back too, with a new QR code.
+      assert.ok((await waitForState(t.admin, unpaired.id, 'awaiting_scan')).qrCode);
     });
   });
 }

@@ -48,7 +48,7 @@ export function loadConfig(env: Env = process.env): Config {
     port,
     host: read.str('HOST', '0.0.0.0'),
     publicBaseUrl: read.url('PUBLIC_BASE_URL', `http://localhost:${port}`).replace(/\/+$/, ''),
-    adminApiKey: read.optional('ADMIN_API_KEY', (v) => (v.length >= 16 ? v : 'must be at least 16 characters')),
+    adminApiKey: read.optional('ADMIN_API_KEY', (v) => v),
     dataDir: read.str('DATA_DIR', './data'),
     databaseUrl: read.optional('DATABASE_URL', (v) =>
       /^postgres(ql)?:\/\//.test(v) ? v : 'must be a postgres:// or postgresql:// URL',

@@ -46,6 +46,10 @@ describe('configuration', () => {
     assert.deepEqual(c.allowedOrigins, ['https://app.example.com', 'https://admin.example.com']);
   });
 
+  it('takes a short ADMIN_API_KEY (test rigs use them; the server warns at start)', () => {
+    assert.equal(loadConfig({ ADMIN_API_KEY: 'admin' }).adminApiKey, 'admin');
+  });
+
   it('lists one line per bad variable, naming it', () => {
     try {
       loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x' });

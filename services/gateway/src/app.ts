@@ -50,7 +50,8 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
   assertStorableInput(rawBody, 'body');
   if (r.query) assertStorableInput(ctx.query, 'query');
-  const body = r.body ? parseOrThrow(r.body, rawBody ?? {}, 'body') : undefined;
+  // Only a missing body means "no fields"; a JSON null is a body, and not an object.
+  const body = r.body ? parseOrThrow(r.body, rawBody === undefined ? {} : rawBody, 'body') : undefined;
   const query = r.query ? parseOrThrow(r.query, ctx.query, 'query') : undefined;
   const result = await r.handler({ ctx, deps, principal, params, body, query });
   for (const [k, v] of Object.entries(result.headers ?? {})) ctx.set(k, v);

@@ -5,11 +5,15 @@ import { SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestination } from '@s
 
 export const NAME = z.string().min(2).max(70);
 const ID = z.string().min(1).max(64);
+/** A date, or a date and time (only its date counts): 2026-01-31, 2026-01-31T12:00:00Z. */
+const DAY = z.string().regex(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/, 'must be a date such as 2026-01-31');
+/** Project ids are Kubernetes names (DESIGN §5 "Ids"). */
+const PROJECT_ID = ID.regex(/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/, 'must be lowercase letters, digits and dashes, at most 40 characters');
 
-export const ProjectBody = z.object({ name: NAME, projectId: ID.regex(/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/, 'must be lowercase letters, digits and dashes, at most 40 characters').nullable().optional() });
+export const ProjectBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
 export const InstanceCreateBody = z.object({ name: NAME, projectId: ID.nullable().optional() });
 export const InstancePatchBody = z.object({ name: NAME.optional(), projectId: ID.nullable().optional() });
-export const AppCreateBody = z.object({ name: NAME, projectId: ID.nullable().optional() });
+export const AppCreateBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
 export const PairingBody = z.object({ phone: z.string().regex(/^\d{8,15}$/, 'digits only: country code, area code and number, no signs') });
 
 const settingsShape = Object.fromEntries(SETTING_NAMES.map((n) => [n, z.boolean().optional()])) as Record<(typeof SETTING_NAMES)[number], z.ZodOptional<z.ZodBoolean>>;
@@ -48,8 +52,8 @@ export const SendBody = z
 export type SendRequest = z.infer<typeof SendBody>;
 
 export const StatsQuery = z.object({
-  from: z.string().regex(/^\d{4}-\d{2}-\d{2}/, 'must be a date such as 2026-01-31').optional(),
-  to: z.string().regex(/^\d{4}-\d{2}-\d{2}/, 'must be a date such as 2026-01-31').optional(),
+  from: DAY.optional(),
+  to: DAY.optional(),
   projectId: ID.optional(),
   instanceId: ID.optional(),
 });

@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import { Problem } from '@switchboard/core';
 import { startTestServer, type StorageKind, type TestServer } from '../../../test/support/server.ts';
 import { healthRoutes } from '../src/routes/health.ts';
+import { eventually } from '../../../test/support/http.ts';
+import { connect } from 'node:net';
 
 const name = (n: number) => 'x'.repeat(n);
 
@@ -14,6 +16,18 @@ function assertProblem(res: { status: number; headers: Headers; body: any }, sta
   assert.equal(typeof res.body.detail, 'string');
   assert.equal(typeof res.body.type, 'string');
   if (code) assert.equal(res.body.code, code);
+}
+
+/** Writes bytes the HTTP parser must refuse and reads the whole answer. */
+function rawRequest(url: string, bytes: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(bytes));
+    let answer = '';
+    socket.on('data', (d) => (answer += d.toString('utf8')));
+    socket.on('end', () => resolve(answer));
+    socket.on('error', reject);
+  });
 }
 
 for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
@@ -48,6 +62,25 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
     it('unknown routes and methods answer with problem documents', async () => {
       assertProblem(await t.admin.get('/api/nope'), 404, 'not_found');
       assertProblem(await t.admin.request('PATCH', '/api/stats'), 405);
+      // A method the router knows nobody implements (Koa's bare 501 before).
+      assertProblem(await t.admin.request('PROPFIND', '/api/projects'), 501, 'not_implemented');
+    });
+
+    it('answers requests the HTTP parser refuses with problem documents', async () => {
+      const huge = await rawRequest(t.url, `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+      assert.match(huge, /^HTTP\/1\.1 431 /);
+      assert.match(huge, /content-type: application\/problem\+json/i);
+      assert.equal(JSON.parse(huge.slice(huge.indexOf('\r\n\r\n') + 4)).code, 'headers_too_large');
+      const garbled = await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost x\r\n\r\n');
+      assert.match(garbled, /^HTTP\/1\.1 400 /);
+      assert.equal(JSON.parse(garbled.slice(garbled.indexOf('\r\n\r\n') + 4)).code, 'malformed_request');
+    });
+
+    it('refuses a JSON null body instead of reading it as no fields', async () => {
+      const inst = await createInstance();
+      await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: 'https://hooks.example.com/kept' });
+      assertProblem(await t.admin.put(`/api/instances/${inst.id}/webhook`, 'null'), 400);
+      assert.equal((await t.admin.get(`/api/instances/${inst.id}`)).body.webhook.url, 'https://hooks.example.com/kept');
     });
 
     it('reads request bodies as JSON only and says which fields are missing or mistyped', async () => {
@@ -98,14 +131,16 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem(await t.admin.post('/api/projects', { name: 'Acme', projectId: 'Not A Name!' }), 400);
       });
 
-      it('deleting a project keeps its instances', async () => {
+      it('deleting a project keeps its instances and integration keys, without project', async () => {
         const project = (await t.admin.post('/api/projects', { name: 'Temporary' })).body;
         const instance = await createInstance('In project', project.id);
         assert.equal(instance.projectId, project.id);
+        assert.equal((await t.admin.post(`/api/instances/${instance.id}/apps`, { name: 'In project', projectId: project.id })).status, 201);
         await t.admin.delete(`/api/projects/${project.id}`);
         const after = await t.admin.get(`/api/instances/${instance.id}`);
         assert.equal(after.status, 200);
         assert.equal(after.body.projectId, null);
+        assert.equal((await t.admin.get(`/api/instances/${instance.id}/apps`)).body.data[0].projectId, null);
       });
     });
 
@@ -121,8 +156,15 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         for (const key of ['id', 'name', 'projectId', 'state', 'connected', 'qrCode', 'qrImage', 'phone', 'paused', 'settings', 'webhook', 'createdAt', 'updatedAt']) {
           assert.ok(key in inst, `missing ${key}`);
         }
-        assert.equal(inst.state, 'stopped');
+        // The session starts with the instance: its QR code is read by getting it.
+        assert.ok(['starting', 'awaiting_scan'].includes(inst.state), inst.state);
+        assert.equal(inst.paused, false);
         assert.equal(inst.connected, false);
+        const waiting = await eventually(async () => {
+          const got = (await t.admin.get(`/api/instances/${inst.id}`)).body;
+          return got.state === 'awaiting_scan' && got;
+        }, 10_000, 'the new instance to show a QR code');
+        assert.equal(typeof waiting.qrCode, 'string');
         assert.equal(inst.settings.notifyFromMe, false);
         assert.deepEqual(inst.webhook, { url: '', received: '', delivery: '', status: '', connected: '', disconnected: '', presence: '', format: 'native' });
         const patched = await t.admin.patch(`/api/instances/${inst.id}`, { name: 'New name' });
@@ -180,6 +222,8 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal((await t.admin.get(`/api/instances/${inst.id}/credentials`)).body.apiToken, renewed.body.apiToken);
 
         assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'x' }), 400);
+        // A project id longer than any project's used to reach the database (500).
+        assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'ERP', projectId: 'a'.repeat(41) }), 400);
         assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: name(71) }), 400);
         const app = await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'ERP', projectId: null });
         assert.equal(app.status, 201);
@@ -265,6 +309,8 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal((await t.admin.get('/api/stats?projectId=none&instanceId=none')).status, 200);
         assertProblem(await t.admin.get('/api/stats?from=yesterday'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-02-30'), 400);
+        assertProblem(await t.admin.get('/api/stats?from=2020-01-01garbage'), 400);
+        assert.equal((await t.admin.get('/api/stats?from=2020-01-01T00:00:00Z&to=2020-01-31')).body.from, '2020-01-01');
         assertProblem(await t.admin.get('/api/stats?from=2020-03-01&to=2020-01-01'), 400);
         const wide = await t.admin.get('/api/stats?from=2000-01-01&to=2100-12-31');
         assert.equal(wide.status, 200);
@@ -325,6 +371,7 @@ describe('rate limit, origin and proxy handling', function () {
     const t2 = await startTestServer({ env: { ALLOWED_ORIGINS: 'https://app.example.com' } });
     try {
       assertProblem(await t2.admin.get('/api/projects', { origin: 'https://evil.example.net' }), 403, 'forbidden');
+      for (const probe of ['/health', '/ready']) assert.equal((await t2.client().get(probe, { origin: 'https://evil.example.net' })).status, 200, probe);
       const ok = await t2.admin.get('/api/projects', { origin: 'https://app.example.com' });
       assert.equal(ok.status, 200);
       assert.equal(ok.headers.get('access-control-allow-origin'), 'https://app.example.com');

@@ -13,8 +13,8 @@ export class LocalSessionRuntime implements SessionRuntime {
 
   constructor(private readonly opts: LocalRuntimeOptions) {}
 
-  /** Starts a worker for every instance that was running (server start); instances that were
-   *  never connected stay `stopped` until someone connects them. */
+  /** Starts a worker for every instance that was running (server start): every instance that is
+   *  not paused and had started at least once. */
   async resumeAll(): Promise<void> {
     const ids = (await this.opts.db('instances').where({ paused: false }).whereNot({ state: 'stopped' }).pluck('id')) as string[];
     for (const id of ids) await this.startWorker(id);

@@ -1,14 +1,15 @@
 // Turns anything thrown into an RFC 9457 problem document. Unknown errors become a 500 with
 // a generic detail: the stack trace goes to the log, never to the client.
 import type { Context, Next } from 'koa';
-import { Problem, type Logger } from '@switchboard/core';
+import { Problem, problems, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
     try {
       await next();
-      if (ctx.status === 404 && ctx.body === undefined) throw new Problem(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
-      if (ctx.status === 405 && !ctx.body) throw new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
+      // Koa and the router answer some errors with an empty body (no route, a method the path
+      // lacks, a method nobody implements): those become problem documents too.
+      if (ctx.status >= 400 && ctx.body == null) throw emptyAnswerProblem(ctx);
     } catch (err) {
       const problem = toProblem(err);
       if (problem.status >= 500) log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
@@ -18,6 +19,13 @@ export function problemResponder(log: Logger) {
       for (const [k, v] of Object.entries(problem.headers)) ctx.set(k, v);
     }
   };
+}
+
+function emptyAnswerProblem(ctx: Context): Problem {
+  if (ctx.status === 404) return new Problem(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
+  if (ctx.status === 405) return new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
+  if (ctx.status === 501) return problems.notImplemented(`The ${ctx.method} method`);
+  return toProblem({ status: ctx.status });
 }
 
 export function toProblem(err: unknown): Problem {

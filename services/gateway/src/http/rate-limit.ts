@@ -2,9 +2,9 @@
 // 60-second window. Each IP keeps the timestamps of its recent requests in a ring buffer.
 import type { Context, Next } from 'koa';
 import { Problem } from '@switchboard/core';
+import { PROBE_PATHS } from './probe-paths.ts';
 
 const WINDOW_MS = 60_000;
-const EXEMPT = new Set(['/health', '/ready', '/metrics']);
 
 class SlidingWindow {
   private readonly stamps: Float64Array;
@@ -43,7 +43,7 @@ export function rateLimiter(opts: { limit: number; trustProxy: boolean; now?: ()
   let lastSweep = now();
 
   return async function limitRate(ctx: Context, next: Next): Promise<void> {
-    if (EXEMPT.has(ctx.path)) return next();
+    if (PROBE_PATHS.has(ctx.path)) return next();
     const t = now();
     if (t - lastSweep > WINDOW_MS) {
       for (const [ip, w] of windows) if (w.idleSince(t)) windows.delete(ip);

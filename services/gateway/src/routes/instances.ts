@@ -41,7 +41,7 @@ export const instanceRoutes = [
     path: '/api/instances',
     auth: 'admin',
     tag: 'instances',
-    summary: 'Create an instance; the response carries its apiToken',
+    summary: 'Create an instance and start its session; the response carries its apiToken',
     body: InstanceCreateBody,
     responses: { 201: InstanceRecord.extend({ apiToken: z.string() }), 404: 'project absent' },
     handler: async ({ deps, body }) => {
@@ -57,7 +57,10 @@ export const instanceRoutes = [
         await deps.db('instances').where({ id: row.id }).delete();
         throw err;
       }
-      return { status: 201, body: { ...(await instanceRecord(row)), apiToken: token } };
+      // The session starts at once (in cluster mode the operator starts a pod for every Instance
+      // that is not paused): the QR code appears by getting the instance, no connect needed.
+      await deps.runtime.start(row.id).catch((err) => deps.log.warn({ instanceId: row.id, err: String(err) }, 'the new instance did not start; connect starts it'));
+      return { status: 201, body: { ...(await reload(deps, row.id)), apiToken: token } };
     },
   }),
   route({
@@ -159,15 +162,20 @@ export const instanceRoutes = [
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
       await claimPairingSlot(deps, params.id);
       let reply: Record<string, unknown>;
+      let startedHere = false;
       try {
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
+          startedHere = true;
           await mirror(deps, { ...row, paused: false });
           await deps.runtime.start(params.id);
         }
         reply = await deps.runtime.call(params.id, 'pairing-code', { phone: body.phone });
       } catch (err) {
-        // No code was issued: the client may ask again at once.
+        // No code was issued: the client may ask again at once, and a disconnected instance that
+        // was started only for this code (it may have connected with its kept credentials) is
+        // paused again — a refused request leaves the run state as it found it.
         await deps.db('instances').where({ id: params.id }).update({ last_pairing_at: row.last_pairing_at });
+        if (startedHere && row.paused) await pauseAgain(deps, row);
         throw err;
       }
       const expiresAt = new Date(Date.now() + 3 * 60_000).toISOString();
@@ -175,6 +183,15 @@ export const instanceRoutes = [
     },
   }),
 ];
+
+async function pauseAgain(deps: GatewayDeps, row: any): Promise<void> {
+  try {
+    await mirror(deps, { ...row, paused: true });
+    await deps.runtime.stop(row.id);
+  } catch (err) {
+    deps.log.warn({ instanceId: row.id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');
+  }
+}
 
 /** One pairing-code request per instance per interval, enforced atomically in the database. */
 async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {

@@ -55,11 +55,12 @@ export const projectRoutes = [
     path: '/api/projects/{id}',
     auth: 'admin',
     tag: 'projects',
-    summary: 'Delete a project; its instances stay, without project',
+    summary: 'Delete a project; its instances and integration keys stay, without project',
     responses: { 200: 'deleted', 404: 'absent' },
     handler: async ({ deps, params }) => {
       const count = await deps.db.transaction(async (trx): Promise<number> => {
         await trx('instances').where({ project_id: params.id }).update({ project_id: null, updated_at: trx.fn.now() });
+        await trx('app_keys').where({ project_id: params.id }).update({ project_id: null });
         return Number(await trx('projects').where({ id: params.id }).delete());
       });
       if (!count) throw problems.notFound(`Project ${params.id}`);
