@@ -88,6 +88,13 @@ describe('media end to end', function () {
     const extended = new URL(link);
     extended.searchParams.set('expires', String(Number(link.searchParams.get('expires')) + 3600));
     assert.equal((await fetch(extended)).status, 401, 'the expiry is signed');
+    for (const malformed of ['?expires=111111111111111111111&signature=abc', `?expires=1&expires=2&signature=${signature}`, `?expires=1&signature=${'a'.repeat(200)}`]) {
+      const res = await fetch(t.url + path + malformed);
+      assert.equal(res.status, 401, `a malformed link is a forged one: ${malformed}`);
+    }
+    // The link grants the download by itself, whatever Authorization header comes with it.
+    assert.equal((await fetch(link, { headers: { authorization: 'Bearer not-a-token' } })).status, 200);
+    assert.equal((await fetch(link, { headers: { authorization: `Bearer ${other.apiToken}` } })).status, 200);
     assert.equal((await fetch(link)).status, 200);
     await new Promise((r) => setTimeout(r, 3100));
     assert.equal((await fetch(link)).status, 401, 'expired');

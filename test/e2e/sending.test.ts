@@ -73,6 +73,10 @@ for (const mode of modes) {
       const voice = await send({ phone: '5511988887777', type: 'audio', base64: mediaFixtures.wav.base64(), mimetype: 'audio/wav', ptt: true });
       assert.equal(voice.status, 202);
       await waitForSendStatus(t.admin, inst.id, voice.body.id, ['played']);
+      // The echo of the voice note carries its length, worked out when it was converted.
+      const echo = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === voice.body.messengerId));
+      assert.equal(echo.media.voiceNote, true);
+      assert.ok(echo.media.seconds >= 1, JSON.stringify(echo.media));
     });
 
     it('gives each magic number its outcome', async () => {
@@ -126,6 +130,7 @@ for (const mode of modes) {
       assert.equal(list.filter((m: any) => m.id === results[0].body.id).length, 1);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(129) })).status, 400);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(128) })).status, 202);
+      assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': `order ${Date.now()} of customer 7` })).status, 202);
     });
 
     it('validates every field and queues nothing on error', async () => {

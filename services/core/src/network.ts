@@ -19,6 +19,8 @@ export interface OutboundMessage {
   fileName?: string;
   mimetype?: string;
   ptt?: boolean;
+  /** Whole seconds of a voice note, worked out when it was converted. */
+  seconds?: number;
   media?: Uint8Array;
 }
 

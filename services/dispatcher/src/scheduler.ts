@@ -92,6 +92,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  (kick: new rows, the poll) instead of asking the database again after every attempt. */
   private readonly drained = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
+  /** One timer for the earliest retry due before the next poll (see wakeUpIn). */
+  private wakeUp: { timer: NodeJS.Timeout; at: number } | undefined;
   private ticking: Promise<void> | undefined;
   private again = false;
   private stopped = true;
@@ -124,6 +126,21 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.claimSoon();
   }
 
+  /** A retry (or a breaker's probe) due before the next poll gets a wake-up of its own, so a
+   *  schedule shorter than the poll interval keeps its spacing. One timer: the earliest. */
+  private wakeUpIn(ms: number): void {
+    if (this.stopped || ms >= this.opts.pollIntervalMs) return;
+    const at = Date.now() + Math.max(0, ms);
+    if (this.wakeUp && this.wakeUp.at <= at) return;
+    clearTimeout(this.wakeUp?.timer);
+    const timer = setTimeout(() => {
+      this.wakeUp = undefined;
+      this.kick();
+    }, at - Date.now() + 1); // +1: the row is due by the time the claim reads the clock
+    timer.unref();
+    this.wakeUp = { timer, at };
+  }
+
   /** Runs a claim round now, or once more after the one under way. */
   private claimSoon(): void {
     if (this.stopped) return;
@@ -146,6 +163,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    clearTimeout(this.wakeUp?.timer);
     while (this.ticking) await this.ticking;
     await Promise.allSettled([...this.inFlight]);
     await Promise.allSettled([...this.recording]);
@@ -282,7 +300,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
     }
     const admission = this.breakers.admit(key);
     if (!admission.allowed) {
-      await releaseClaim(this.deps.db, claim, new Date(Math.max(admission.retryAt, claim.dueAt.getTime())));
+      const dueAt = Math.max(admission.retryAt, claim.dueAt.getTime());
+      await releaseClaim(this.deps.db, claim, new Date(dueAt));
+      this.wakeUpIn(dueAt - Date.now());
       return;
     }
     this.perDestination.set(key, (this.perDestination.get(key) ?? 0) + 1);
@@ -336,6 +356,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     const attemptsMade = claim.attempts + 1;
     const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });
+    if (recorded && retryInMs !== undefined) this.wakeUpIn(retryInMs);
     if (retryInMs === undefined && recorded) this.deps.metrics?.webhookExhausted.inc();
     log.info(
       { eventId: claim.eventId, instanceId: claim.instanceId, attempt: attemptsMade, error: outcome.error, exhausted: retryInMs === undefined, recorded },

@@ -101,6 +101,16 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     for (const r of receiver.requests) assert.ok(verifySignature(inst.secret, r.headers['x-service-timestamp'], r.rawBody, r.headers['x-service-signature'], 300));
   });
 
+  it('keeps a retry schedule shorter than the poll interval: each retry wakes the scheduler when due', async () => {
+    receiver.respondWith(() => ({ status: 500 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const event = await recordRoutedEvent(db, inst.id);
+    // A poll that never comes during the test: only the retries' own wake-ups can run attempts 2–8.
+    start(db, { pollIntervalMs: 600_000, breakerThreshold: 100 });
+    const row = await waitForStatus(db, event.id, 'exhausted');
+    assert.equal(row.attempts, 8);
+  });
+
   it('records a failed attempt as retrying with its error and next attempt time', async () => {
     receiver.respondWith(() => ({ status: 500 }));
     const inst = await createInstance(db, { webhook: { url: receiver.url() } });

@@ -138,6 +138,7 @@ export class SendCommandHandler {
       fileName: payload.fileName,
       mimetype: payload.mimetype,
       ptt: payload.ptt,
+      seconds: payload.seconds,
       media: payload.mediaId ? await this.deps.media.read(payload.mediaId) : undefined,
     };
   }

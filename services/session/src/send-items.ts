@@ -24,6 +24,7 @@ export interface SendPayload {
   fileName?: string;
   mimetype?: string;
   ptt?: boolean;
+  seconds?: number;
   mediaId?: string;
 }
 

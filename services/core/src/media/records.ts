@@ -124,8 +124,9 @@ export function verifyMediaLink(
   crypto: Crypto,
   instanceId: string,
   mediaId: string,
-  expires: string,
-  signature: string,
+  /** As the query string gave them: anything but one well-formed value is a forged link. */
+  expires: unknown,
+  signature: unknown,
   now = Date.now(),
 ): boolean {
   if (typeof expires !== 'string' || typeof signature !== 'string') return false;

@@ -14,6 +14,9 @@ export function mediaUrlFor(deps: GatewayDeps, instanceId: string) {
   return (mediaId: string) => mediaLink(deps.crypto, deps.config.publicBaseUrl, instanceId, mediaId, deps.config.mediaLinkTtlSeconds);
 }
 
+/** A signed link's query part, as the query string gave it. */
+const LINK_PART = z.union([z.string(), z.array(z.string())]).optional();
+
 export const activityRoutes = [
   route({
     method: 'get',
@@ -58,7 +61,8 @@ export const activityRoutes = [
     auth: 'none', // a credential of the instance or a valid signed link; checked in the handler
     tag: 'activity',
     summary: 'Download a media file (Bearer credential, or a signed link until it expires)',
-    query: z.object({ expires: z.string().max(20).optional(), signature: z.string().max(128).optional() }).loose(),
+    // Any value is taken: a malformed link is a forged one (401), not a bad request.
+    query: z.object({ expires: LINK_PART, signature: LINK_PART }).loose(),
     responses: { 200: 'the file', 401: 'no credential or bad link', 404: 'absent', 504: 'store time-out' },
     handler: async ({ deps, ctx, params, query }) => {
       await authorizeMedia(deps, ctx.get('authorization') ? bearerToken(ctx) ?? '' : undefined, params, query);
@@ -83,12 +87,14 @@ export const activityRoutes = [
   }),
 ];
 
-async function authorizeMedia(deps: GatewayDeps, token: string | undefined, params: Record<string, string>, query: { expires?: string; signature?: string }) {
+/** A valid signed link grants the download by itself, whatever else the request carries;
+ *  otherwise a credential of the instance is needed. */
+async function authorizeMedia(deps: GatewayDeps, token: string | undefined, params: Record<string, string>, query: { expires?: unknown; signature?: unknown }) {
+  if (query.expires !== undefined && verifyMediaLink(deps.crypto, params.id, params.mediaId, query.expires, query.signature)) return;
   if (token !== undefined) {
     authorize('any', await resolvePrincipal(deps, token), params.id);
     return;
   }
-  if (query.expires && query.signature && verifyMediaLink(deps.crypto, params.id, params.mediaId, query.expires, query.signature)) return;
   throw new Problem(401, 'unauthorized', 'Send a credential of this instance, or use a signed media link that has not expired.', undefined, { 'WWW-Authenticate': 'Bearer' });
 }
 

@@ -10,7 +10,7 @@ import { loadInstance } from './common.ts';
 /** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread. */
 export const SEND_BODY_LIMIT = Math.ceil((32 * 1024 * 1024) / 3) * 4 + 256 * 1024;
 
-const IdempotencyKey = z.string().min(1).max(128).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+const IdempotencyKey = z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/, 'printable ASCII');
 
 export const messageRoutes = [
   route({

@@ -67,7 +67,7 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     messenger_id: newMessengerId(),
     phone: req.phone,
     type: req.type,
-    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName, mimetype: media?.mimetype ?? req.mimetype, ptt: req.ptt, mediaId: media?.id }),
+    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName, mimetype: media?.mimetype ?? req.mimetype, ptt: req.ptt, seconds: media?.seconds, mediaId: media?.id }),
     status: 'queued',
     idempotency_key: idempotencyKey ?? null,
     content_hash: contentHash,

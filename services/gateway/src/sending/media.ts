@@ -6,7 +6,7 @@ import type { SendRequest } from '../schemas.ts';
 import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
 import { convertToVoiceNote } from '../media/voice-note.ts';
 
-export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: SendRequest): Promise<{ id: string; mimetype: string } | undefined> {
+export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: SendRequest): Promise<{ id: string; mimetype: string; seconds?: number } | undefined> {
   if (req.type === 'text') {
     if (req.ptt) throw unsupported('ptt is only for audio');
     return undefined;
@@ -31,7 +31,7 @@ export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: S
     voiceNote: Boolean(req.ptt),
     bytes,
   });
-  return { id: record.id, mimetype };
+  return { id: record.id, mimetype, ...(seconds === null ? {} : { seconds }) };
 }
 
 function unsupported(detail: string): Problem {

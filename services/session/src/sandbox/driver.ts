@@ -254,7 +254,7 @@ export class SandboxDriver implements NetworkDriver {
         text: msg.type === 'text' ? (msg.text ?? null) : (msg.caption ?? null),
         isGroup: msg.to.kind === 'group',
         media: media
-          ? { mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName, voiceNote: msg.ptt === true, download: async () => media }
+          ? { mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName, voiceNote: msg.ptt === true, seconds: msg.seconds, download: async () => media }
           : undefined,
       }),
     );

@@ -19,7 +19,7 @@ export function messageContent(msg: OutboundMessage): AnyMessageContent {
     case 'video':
       return { video: media, caption, mimetype: msg.mimetype };
     case 'audio':
-      return msg.ptt ? { audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE } : { audio: media, mimetype: msg.mimetype };
+      return msg.ptt ? { audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE, seconds: msg.seconds } : { audio: media, mimetype: msg.mimetype };
     case 'document':
       return { document: media, mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName ?? 'file', caption };
     case 'sticker':
