@@ -136,8 +136,8 @@ describe('dashboard end to end (headless Chromium)', function () {
     const instanceId = decodeURIComponent(new URL(page.url()).hash.split('/')[2]);
     assert.ok(instanceId);
 
-    // Connect: the QR code appears as an image; the sandbox scan connects the instance.
-    await page.getByRole('button', { name: 'Connect', exact: true }).click();
+    // The session starts with the instance: the QR code appears as an image; the sandbox scan
+    // connects the instance.
     const qr = page.getByRole('img', { name: /QR code/ });
     await qr.waitFor();
     assert.match((await qr.getAttribute('src')) ?? '', /^data:image\/png;base64,/);
@@ -236,7 +236,6 @@ describe('dashboard end to end (headless Chromium)', function () {
 
       // The QR image follows the instance without a reload: a new code (here from a reconnect made
       // elsewhere) replaces the one on screen.
-      await page.getByRole('button', { name: 'Connect', exact: true }).click();
       const qr = page.getByRole('img', { name: /QR code/ });
       await qr.waitFor();
       const firstQr = await qr.getAttribute('src');
