@@ -310,14 +310,17 @@ for (const mode of modes) {
     it('reconnects a connected instance after a restart, without a new scan, and loses no queued send', async () => {
       const res = await send({ phone: '5511988887777', type: 'text', text: 'before restart' });
       const unpaired = (await t.admin.post('/api/instances', { name: 'Never paired' })).body;
-      await waitForState(t.admin, unpaired.id, 'awaiting_scan');
+      const qrBefore = (await waitForState(t.admin, unpaired.id, 'awaiting_scan')).qrCode;
       await t.restart();
       const back = await waitForState(t.admin, inst.id, 'connected');
       assert.equal(back.phone, '5511900000001');
       const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['read', 'uncertain']);
       assert.ok(item);
       // A started instance that was never paired is back too, with a new QR code.
-      assert.ok((await waitForState(t.admin, unpaired.id, 'awaiting_scan')).qrCode);
+      await eventually(async () => {
+        const got = (await t.admin.get(`/api/instances/${unpaired.id}`)).body;
+        return got.state === 'awaiting_scan' && got.qrCode && got.qrCode !== qrBefore;
+      }, 10_000, 'a new QR code after the restart');
     });
   });
 }

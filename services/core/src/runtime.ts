@@ -3,6 +3,8 @@
 // them from Instance resources) reached over NATS request/reply (`rpc.<instanceId>.<op>`).
 
 export interface SessionRuntime {
+  /** A new instance was created (not paused): its session should start. */
+  created(instanceId: string): Promise<void>;
   /** The instance should run (connect). Idempotent. */
   start(instanceId: string): Promise<void>;
   /** The instance should pause (disconnect), keeping credentials. Idempotent. */

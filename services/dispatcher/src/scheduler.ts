@@ -43,6 +43,9 @@ export interface SchedulerOptions {
   claimBatchSize: number;
 }
 
+/** Retries due within this many ms of each other share a wake-up. */
+const WAKE_UP_GRAIN_MS = 10;
+
 /** Claims waiting for a slot, in all destinations, are capped at this many claim batches. */
 const WAITING_BATCHES = 4;
 
@@ -92,8 +95,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  (kick: new rows, the poll) instead of asking the database again after every attempt. */
   private readonly drained = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
-  /** One timer for the earliest retry due before the next poll (see wakeUpIn). */
-  private wakeUp: { timer: NodeJS.Timeout; at: number } | undefined;
+  /** Due times (ms, rounded up to WAKE_UP_GRAIN_MS) of retries due before the next poll, and the
+   *  one timer armed for the earliest (see wakeUpIn). */
+  private readonly wakeUps = new Set<number>();
+  private wakeUpTimer: { timer: NodeJS.Timeout; at: number } | undefined;
   private ticking: Promise<void> | undefined;
   private again = false;
   private stopped = true;
@@ -127,18 +132,27 @@ export class DeliveryScheduler implements DeliveryHandOff {
   }
 
   /** A retry (or a breaker's probe) due before the next poll gets a wake-up of its own, so a
-   *  schedule shorter than the poll interval keeps its spacing. One timer: the earliest. */
+   *  schedule shorter than the poll interval keeps its spacing. Due times are kept at a 10 ms
+   *  grain, so a poll interval holds a bounded number of them however many deliveries fail. */
   private wakeUpIn(ms: number): void {
     if (this.stopped || ms >= this.opts.pollIntervalMs) return;
-    const at = Date.now() + Math.max(0, ms);
-    if (this.wakeUp && this.wakeUp.at <= at) return;
-    clearTimeout(this.wakeUp?.timer);
+    this.wakeUps.add(Math.ceil((Date.now() + Math.max(0, ms)) / WAKE_UP_GRAIN_MS) * WAKE_UP_GRAIN_MS);
+    this.armWakeUp();
+  }
+
+  /** One timer, for the earliest due time; when it fires it claims and re-arms for the next. */
+  private armWakeUp(): void {
+    const next = Math.min(...this.wakeUps);
+    if (this.stopped || !Number.isFinite(next) || (this.wakeUpTimer && this.wakeUpTimer.at <= next)) return;
+    clearTimeout(this.wakeUpTimer?.timer);
     const timer = setTimeout(() => {
-      this.wakeUp = undefined;
+      this.wakeUpTimer = undefined;
+      for (const at of this.wakeUps) if (at <= Date.now()) this.wakeUps.delete(at);
       this.kick();
-    }, at - Date.now() + 1); // +1: the row is due by the time the claim reads the clock
+      this.armWakeUp();
+    }, next - Date.now() + 1); // +1: the rows are due by the time the claim reads the clock
     timer.unref();
-    this.wakeUp = { timer, at };
+    this.wakeUpTimer = { timer, at: next };
   }
 
   /** Runs a claim round now, or once more after the one under way. */
@@ -163,7 +177,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
-    clearTimeout(this.wakeUp?.timer);
+    clearTimeout(this.wakeUpTimer?.timer);
+    this.wakeUpTimer = undefined;
+    this.wakeUps.clear();
     while (this.ticking) await this.ticking;
     await Promise.allSettled([...this.inFlight]);
     await Promise.allSettled([...this.recording]);

@@ -102,13 +102,26 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
   });
 
   it('keeps a retry schedule shorter than the poll interval: each retry wakes the scheduler when due', async () => {
-    receiver.respondWith(() => ({ status: 500 }));
     const inst = await createInstance(db, { webhook: { url: receiver.url() } });
-    const event = await recordRoutedEvent(db, inst.id);
-    // A poll that never comes during the test: only the retries' own wake-ups can run attempts 2–8.
-    start(db, { pollIntervalMs: 600_000, breakerThreshold: 100 });
-    const row = await waitForStatus(db, event.id, 'exhausted');
-    assert.equal(row.attempts, 8);
+    const first = await recordRoutedEvent(db, inst.id);
+    // The first series fails once, then is delivered. The second always fails, the first time
+    // with Retry-After: 1, so its first retry falls due after the first series has ended and
+    // needs a wake-up of its own (not only the earliest one).
+    const seen = new Map<string, number>();
+    receiver.respondWith((req) => {
+      const id = req.headers['x-service-event-id'];
+      const n = (seen.get(id) ?? 0) + 1;
+      seen.set(id, n);
+      if (id === first.id) return { status: n === 1 ? 500 : 204 };
+      return n === 1 ? { status: 503, retryAfter: '1' } : { status: 500 };
+    });
+    // A poll that never comes during the test: only the retries' own wake-ups can run retries.
+    const r = start(db, { pollIntervalMs: 600_000, breakerThreshold: 100 });
+    await receiver.waitForRequests(1);
+    const second = await recordRoutedEvent(db, inst.id);
+    r.scheduler.kick();
+    assert.equal((await waitForStatus(db, first.id, 'delivered')).attempts, 2);
+    assert.equal((await waitForStatus(db, second.id, 'exhausted')).attempts, 8);
   });
 
   it('records a failed attempt as retrying with its error and next attempt time', async () => {

@@ -30,7 +30,9 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
 /** A request Node's HTTP parser refused (oversized headers, a malformed request line) gets a
  *  problem document like every other error, instead of Node's bare status line. */
 function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): void {
-  if (err.code === 'ECONNRESET' || !socket.writable) {
+  // As Node itself does: never write into a response already under way on this connection.
+  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
     socket.destroy();
     return;
   }
@@ -42,5 +44,5 @@ function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): vo
         : [400, 'malformed_request', 'The request is not valid HTTP.'];
   const body = JSON.stringify(new Problem(status, code, detail).toJSON());
   const head = [`HTTP/1.1 ${status} ${STATUS_CODES[status]}`, 'Content-Type: application/problem+json', `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close'];
-  socket.end(`${head.join('\r\n')}\r\n\r\n${body}`);
+  socket.end(`${head.join('\r\n')}\r\n\r\n${body}`, () => socket.destroy());
 }

@@ -1,14 +1,14 @@
 // Request and response schemas. The same zod objects validate requests and generate
 // GET /openapi.json, so the document cannot drift from what the server enforces.
 import { z } from 'zod';
-import { SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestination } from '@switchboard/core';
+import { RESOURCE_ID, SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestination } from '@switchboard/core';
 
 export const NAME = z.string().min(2).max(70);
 const ID = z.string().min(1).max(64);
 /** A date, or a date and time (only its date counts): 2026-01-31, 2026-01-31T12:00:00Z. */
 const DAY = z.string().regex(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/, 'must be a date such as 2026-01-31');
 /** Project ids are Kubernetes names (DESIGN §5 "Ids"). */
-const PROJECT_ID = ID.regex(/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/, 'must be lowercase letters, digits and dashes, at most 40 characters');
+const PROJECT_ID = ID.regex(RESOURCE_ID, 'must be lowercase letters, digits and dashes, at most 40 characters');
 
 export const ProjectBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
 export const InstanceCreateBody = z.object({ name: NAME, projectId: ID.nullable().optional() });

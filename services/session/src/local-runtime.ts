@@ -1,6 +1,6 @@
 // LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
 // per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
-// at server start brings back every instance that was running (connected ones without a scan).
+// at server start brings back every instance that is not paused (connected ones without a scan).
 import { DbAuthStore, problems, type SessionRuntime } from '@switchboard/core';
 import { recordConnectionState } from './connection-state.ts';
 import { callSessionOp } from './session-ops.ts';
@@ -13,10 +13,10 @@ export class LocalSessionRuntime implements SessionRuntime {
 
   constructor(private readonly opts: LocalRuntimeOptions) {}
 
-  /** Starts a worker for every instance that was running (server start): every instance that is
-   *  not paused and had started at least once. */
+  /** Starts a worker for every instance that is not paused (server start), as cluster mode runs a
+   *  session for each: connected ones reconnect without a scan, the others wait for one. */
   async resumeAll(): Promise<void> {
-    const ids = (await this.opts.db('instances').where({ paused: false }).whereNot({ state: 'stopped' }).pluck('id')) as string[];
+    const ids = (await this.opts.db('instances').where({ paused: false }).pluck('id')) as string[];
     for (const id of ids) await this.startWorker(id);
   }
 
@@ -26,6 +26,10 @@ export class LocalSessionRuntime implements SessionRuntime {
     if (!row || row.paused) return false;
     await this.startWorker(instanceId);
     return true;
+  }
+
+  async created(instanceId: string): Promise<void> {
+    await this.startWorker(instanceId);
   }
 
   async start(instanceId: string): Promise<void> {

@@ -27,6 +27,10 @@ export interface RemoteRuntimeOptions {
 export class RemoteSessionRuntime implements SessionRuntime {
   constructor(private readonly opts: RemoteRuntimeOptions) {}
 
+  /** Nothing to do: the operator runs a session pod for every Instance that is not paused, and
+   *  the new resource says so already (no bus round trip, so create works while NATS is down). */
+  async created(): Promise<void> {}
+
   async start(instanceId: string): Promise<void> {
     await this.setPaused(instanceId, false);
     // When no session runs yet, the one the operator starts reads paused=false itself.

@@ -199,11 +199,14 @@ export class SessionWorker {
   }
 
   /** Drivers read settings synchronously on events that no send precedes (an incoming call and
-   *  autoRejectCalls, autoReadMessages): re-read them in the background while owning. */
+   *  autoRejectCalls, autoReadMessages): re-read them in the background while connected — only a
+   *  connected session gets such events, and hundreds of instances waiting for a scan would
+   *  otherwise read their settings every few seconds for nothing. */
   private keepSettingsFresh(): void {
     if (this.settingsTimer) clearInterval(this.settingsTimer);
     const everyMs = Math.max(this.opts.settingsTtlMs ?? 2000, 100);
     this.settingsTimer = setInterval(() => {
+      if (this.connection !== 'connected') return;
       this.settings.refresh(true).catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
     }, everyMs);
     this.settingsTimer.unref();

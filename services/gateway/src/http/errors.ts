@@ -1,6 +1,7 @@
 // Turns anything thrown into an RFC 9457 problem document. Unknown errors become a 500 with
 // a generic detail: the stack trace goes to the log, never to the client.
 import type { Context, Next } from 'koa';
+import { STATUS_CODES } from 'node:http';
 import { Problem, problems, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
@@ -25,7 +26,8 @@ function emptyAnswerProblem(ctx: Context): Problem {
   if (ctx.status === 404) return new Problem(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
   if (ctx.status === 405) return new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
   if (ctx.status === 501) return problems.notImplemented(`The ${ctx.method} method`);
-  return toProblem({ status: ctx.status });
+  const reason = STATUS_CODES[ctx.status] ?? 'Error';
+  return new Problem(ctx.status, reason.toLowerCase().replace(/\W+/g, '_'), `${reason}.`);
 }
 
 export function toProblem(err: unknown): Problem {

@@ -59,7 +59,7 @@ export const instanceRoutes = [
       }
       // The session starts at once (in cluster mode the operator starts a pod for every Instance
       // that is not paused): the QR code appears by getting the instance, no connect needed.
-      await deps.runtime.start(row.id).catch((err) => deps.log.warn({ instanceId: row.id, err: String(err) }, 'the new instance did not start; connect starts it'));
+      await deps.runtime.created(row.id).catch((err) => deps.log.warn({ instanceId: row.id, err: String(err) }, 'the new instance did not start; connect starts it'));
       return { status: 201, body: { ...(await reload(deps, row.id)), apiToken: token } };
     },
   }),
@@ -171,11 +171,12 @@ export const instanceRoutes = [
         }
         reply = await deps.runtime.call(params.id, 'pairing-code', { phone: body.phone });
       } catch (err) {
-        // No code was issued: the client may ask again at once, and a disconnected instance that
-        // was started only for this code (it may have connected with its kept credentials) is
-        // paused again — a refused request leaves the run state as it found it.
+        // No code was issued: the client may ask again at once. A disconnected instance that its
+        // session says needs no pairing (it connected with its kept credentials) is paused again:
+        // a refused request leaves the run state as it found it. Any other failure (the session
+        // is not up yet, as in cluster mode before the operator's pod) leaves it starting.
         await deps.db('instances').where({ id: params.id }).update({ last_pairing_at: row.last_pairing_at });
-        if (startedHere && row.paused) await pauseAgain(deps, row);
+        if (startedHere && row.paused && needsNoPairing(err)) await pauseAgain(deps, params.id);
         throw err;
       }
       const expiresAt = new Date(Date.now() + 3 * 60_000).toISOString();
@@ -184,12 +185,16 @@ export const instanceRoutes = [
   }),
 ];
 
-async function pauseAgain(deps: GatewayDeps, row: any): Promise<void> {
+function needsNoPairing(err: unknown): boolean {
+  return err instanceof Problem && (err.code === 'not_pairing' || err.code === 'already_connected');
+}
+
+async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   try {
-    await mirror(deps, { ...row, paused: true });
-    await deps.runtime.stop(row.id);
+    await mirror(deps, { ...(await loadInstance(deps, id)), paused: true });
+    await deps.runtime.stop(id);
   } catch (err) {
-    deps.log.warn({ instanceId: row.id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');
+    deps.log.warn({ instanceId: id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');
   }
 }
 

@@ -139,9 +139,18 @@ export class SandboxDriver implements NetworkDriver {
 
   private async awaitScan(): Promise<void> {
     await this.emitState('awaiting_scan', { qr: newQr() });
-    this.qrTimer = setInterval(() => {
-      if (this.state === 'awaiting_scan') void this.emitState('awaiting_scan', { qr: newQr() });
-    }, this.opts.qrRefreshMs ?? 20_000);
+    this.scheduleQrRefresh();
+  }
+
+  /** Each QR lives 75–125 % of qrRefreshMs: many sessions started together (a server start, a
+   *  batch of new instances) do not all write their new code at the same moment. */
+  private scheduleQrRefresh(): void {
+    const every = this.opts.qrRefreshMs ?? 20_000;
+    this.qrTimer = setTimeout(() => {
+      if (this.state !== 'awaiting_scan' || this.closed) return;
+      void this.emitState('awaiting_scan', { qr: newQr() });
+      this.scheduleQrRefresh();
+    }, every * (0.75 + Math.random() * 0.5));
     this.qrTimer.unref();
   }
 
@@ -162,7 +171,7 @@ export class SandboxDriver implements NetworkDriver {
   }
 
   private async completePairing(phone: string): Promise<Record<string, unknown>> {
-    if (this.qrTimer) clearInterval(this.qrTimer);
+    clearTimeout(this.qrTimer);
     this.pairing = null;
     this.phone = phone;
     await this.ctx.auth.set({ [CREDS.category]: { [CREDS.key]: { phone } } });
@@ -284,7 +293,7 @@ export class SandboxDriver implements NetworkDriver {
   }
 
   private stopTimers(): void {
-    if (this.qrTimer) clearInterval(this.qrTimer);
+    clearTimeout(this.qrTimer);
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
   }
