@@ -298,8 +298,12 @@ export class SessionWorker {
   /** Applies a connection state: row + event, then consume commands only while connected. */
   private async applyState(state: ConnectionState, info: StateInfo, evenWhenStopped = false): Promise<void> {
     if (!this.running && !evenWhenStopped) return;
+    const wasConnected = this.connection === 'connected';
     this.connection = state;
     if (await recordConnectionState(this.opts.db, this.instanceId, state, info)) this.opts.relay.kick();
+    // Settings are refreshed in the background only while connected: catch up on connecting,
+    // before the messages and calls that arrive with the connection read them.
+    if (state === 'connected' && !wasConnected) await this.settings.refresh(true).catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
     if (!evenWhenStopped) this.setConsuming(state === 'connected');
   }
 

@@ -54,7 +54,7 @@ describe('session worker: the driver context', function () {
     assert.equal(await contexts[1].stillOwner?.(), false, 'a stopped session owns nothing');
   });
 
-  it('settings changed while the session runs reach the driver without a send', async () => {
+  it('settings changed while the session is connected reach the driver without a send, and on connecting', async () => {
     const sandbox = sandboxDriverFactory({ db: env.db, receiptDelayMs: 5, reconnectDelayMs: 10 });
     const seen: DriverContext[] = [];
     const rt = env.runtime({ driverFactory: (ctx) => (seen.push(ctx), sandbox(ctx)), settingsTtlMs: 100 });
@@ -63,6 +63,10 @@ describe('session worker: the driver context', function () {
       await rt.start(instanceId);
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
       assert.equal(seen[0].settings().autoRejectCalls, false);
+      // Waiting for a scan, the session does not poll its settings; it reads them on connecting.
+      await env.db('instances').where({ id: instanceId }).update({ settings: JSON.stringify({ autoReadMessages: true }) });
+      await rt.call(instanceId, 'sandbox.scan', { phone: '5511999990000' });
+      assert.equal(seen[0].settings().autoReadMessages, true, 'read on connecting');
       await env.db('instances').where({ id: instanceId }).update({ settings: JSON.stringify({ autoRejectCalls: true }) });
       await until(() => seen[0].settings().autoRejectCalls, 'autoRejectCalls seen by the driver', 3000);
     } finally {
