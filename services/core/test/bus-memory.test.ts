@@ -26,6 +26,20 @@ describe('MemoryBus', () => {
     await bus.close();
   });
 
+  it('lets the event loop run between the messages of a backlog (timers and I/O are not starved)', async () => {
+    const bus = new MemoryBus({ log });
+    for (let i = 0; i < 50; i++) await bus.publish('cmd.inst-a', new TextEncoder().encode(String(i)));
+    let handled = 0;
+    await bus.consume({ stream: 'commands', filter: 'cmd.inst-a', durable: 'd', maxAckPending: 1 }, async () => {
+      handled++;
+    });
+    // A timer set now fires after at most a few messages, not after the whole backlog.
+    const handledWhenTheTimerFired = await new Promise<number>((resolve) => setTimeout(() => resolve(handled), 0));
+    assert.ok(handledWhenTheTimerFired < 50, `the timer waited for ${handledWhenTheTimerFired} messages`);
+    await waitFor(() => handled === 50, 'the whole backlog');
+    await bus.close();
+  });
+
   it('drops the oldest events beyond maxEventMessages', async () => {
     const bus = new MemoryBus({ log, maxEventMessages: 2 });
     for (const body of ['1', '2', '3']) await bus.publish('evt.i.x', new TextEncoder().encode(body));

@@ -3,7 +3,8 @@
 import { z } from 'zod';
 import { RESOURCE_ID, SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestination } from '@switchboard/core';
 
-export const NAME = z.string().min(2).max(70);
+/** 2–70 characters with at least one visible one: a name of blanks names nothing. */
+export const NAME = z.string().min(2).max(70).refine((s) => /[^\s\u200b-\u200d\u2060\ufeff]/.test(s), 'must contain a visible character');
 const ID = z.string().min(1).max(64);
 /** A date, or a date and time (only its date counts): 2026-01-31, 2026-01-31T12:00:00Z. */
 const DAY = z.string().regex(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/, 'must be a date such as 2026-01-31');

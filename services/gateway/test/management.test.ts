@@ -148,6 +148,7 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       it('creates with apiToken and returns the full record', async () => {
         assertProblem(await t.admin.post('/api/instances', { name: name(1) }), 400);
         assertProblem(await t.admin.post('/api/instances', { name: name(71) }), 400);
+        for (const blank of ['   ', '\n\n', '\u200b\u200b', '\u00a0\u00a0']) assertProblem(await t.admin.post('/api/instances', { name: blank }), 400);
         assert.equal((await t.admin.post('/api/instances', { name: name(70) })).status, 201);
         assertProblem(await t.admin.post('/api/instances', { name: 'No such project', projectId: 'missing' }), 404);
         const inst = await createInstance();

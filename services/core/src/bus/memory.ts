@@ -315,8 +315,11 @@ export class MemoryBus implements Bus {
       deliveryCount,
       ...(msg.msgId !== undefined ? { msgId: msg.msgId } : {}),
     };
-    // Start the handler on a later tick, as a network delivery would: never inside publish().
-    const run = Promise.resolve()
+    // Start the handler on a later turn of the event loop, as a network delivery would: never
+    // inside publish(), and never as a microtask chained to the previous message's ack. PGlite
+    // answers without yielding to the loop, so a backlog drained in one microtask chain would
+    // keep every HTTP request waiting until the whole queue was sent.
+    const run = new Promise<void>((turn) => setImmediate(turn))
       .then(() => worker.handler(busMessage))
       .then(
         () => this.ack(streamName, durable, msg.seq),
