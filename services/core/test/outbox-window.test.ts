@@ -49,6 +49,8 @@ describe('outbox relay publish window', () => {
       for (let i = 0; i < 450; i++) await enqueueOutbox(db, { subject: `cmd.inst${i % 3}`, msgId: `m${i}`, payload: String(i) });
       const relay = new OutboxRelay(db, bus, log, 60_000, 200);
       await relay.flush();
+      // The consumer gets one message per turn of the event loop: wait for all of them.
+      for (let turns = 0; seen.length < 450 && turns < 10_000; turns++) await new Promise((r) => setImmediate(r));
       await bus.close();
       assert.equal(Number((await db('outbox').count({ n: '*' }).first())!.n), 0);
       for (let s = 0; s < 3; s++) {
