@@ -1,5 +1,5 @@
-// Circuit breakers, one per destination, in memory of one dispatcher replica. After `threshold`
-// consecutive failed attempts the breaker opens: no request goes to that destination until
+// Circuit breakers, one per webhook URL, in memory of one dispatcher replica. After `threshold`
+// consecutive failed attempts the breaker opens: no request goes to that URL until
 // `cooldownMs` has passed; then exactly one delivery is let through as a probe (half-open). The
 // probe's success closes the breaker, its failure opens it for another cool-down.
 

@@ -5,10 +5,11 @@
 //
 // Isolation: at most `maxConcurrent` attempts at once, and at most `perDestinationConcurrency`
 // per destination; destinations at their cap are left out of the claim query, so a slow receiver
-// only fills its own slots. A circuit breaker per destination stops requests to a receiver that
-// keeps failing.
+// only fills its own slots. A circuit breaker per webhook URL stops requests to an endpoint that
+// keeps failing; it is per URL, not per host, so one failing or slow path (its half-open probe
+// can take the whole attempt time-out) never holds back the other paths of the same receiver.
 //
-// Decision: a delivery whose destination's breaker is open is handed back (rescheduled for when
+// Decision: a delivery whose URL's breaker is open is handed back (rescheduled for when
 // the breaker lets a probe through) WITHOUT counting an attempt. No request was made, so the
 // receiver saw nothing; counting would burn the 8 attempts of every queued delivery in a few
 // cool-downs without one of them being tried. Each delivery still exhausts on its own failures.
@@ -41,6 +42,11 @@ export interface SchedulerOptions {
   breakerCooldownMs: number;
   /** Most deliveries claimed by one query. */
   claimBatchSize: number;
+}
+
+/** The circuit breaker a delivery answers to: its URL's. */
+function breakerKeyOf(claim: ClaimedDelivery): string {
+  return claim.url ?? '';
 }
 
 /** Retries due within this many ms of each other share a wake-up. */
@@ -198,9 +204,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
   }
 
   /** How many more deliveries to this destination the intake may hand over now: as many as a
-   *  claim would take, none while its breaker is open or after stop. */
+   *  claim would take, none after stop. (Breakers are per URL: an open one hands its deliveries
+   *  back in dispatch, without an attempt.) */
   room(destination: string): number {
-    if (this.stopped || this.breakers.isOpen(destination)) return 0;
+    if (this.stopped) return 0;
     return Math.max(0, this.roomFor(destination) - this.heldBy(destination));
   }
 
@@ -314,7 +321,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       this.drained.delete(key);
       return;
     }
-    const admission = this.breakers.admit(key);
+    const admission = this.breakers.admit(breakerKeyOf(claim));
     if (!admission.allowed) {
       const dueAt = Math.max(admission.retryAt, claim.dueAt.getTime());
       await releaseClaim(this.deps.db, claim, new Date(dueAt));
@@ -353,22 +360,22 @@ export class DeliveryScheduler implements DeliveryHandOff {
       return;
     }
     if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
-    const recording = this.record(claim, key, outcome)
+    const recording = this.record(claim, outcome)
       .catch(couldNotRecord)
       .finally(() => this.recording.delete(recording));
     this.recording.add(recording);
   }
 
-  private async record(claim: ClaimedDelivery, key: string, outcome: AttemptOutcome): Promise<void> {
+  private async record(claim: ClaimedDelivery, outcome: AttemptOutcome): Promise<void> {
     if (outcome.kind === 'gone') return;
     const log = this.deps.log;
     if (outcome.kind === 'delivered') {
-      this.breakers.onSuccess(key);
+      this.breakers.onSuccess(breakerKeyOf(claim));
       const recorded = await this.delivered.record(claim, outcome.statusCode);
       log.debug({ eventId: claim.eventId, statusCode: outcome.statusCode, recorded }, 'webhook delivered');
       return;
     }
-    this.breakers.onFailure(key);
+    this.breakers.onFailure(breakerKeyOf(claim));
     const attemptsMade = claim.attempts + 1;
     const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });

@@ -326,6 +326,19 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal(rows.reduce((n, r) => n + r.attempts, 0), 2, 'only the two real attempts are counted');
   });
 
+  it('keeps a breaker per URL: a failing path does not hold back the other paths of its receiver', async () => {
+    receiver.respondWith((r) => ({ status: r.path === '/failing' ? 500 : 200 }));
+    const failing = await createInstance(db, { webhook: { url: receiver.url('/failing') } });
+    const healthy = await createInstance(db, { webhook: { url: receiver.url('/healthy') } });
+    const bad = await recordRoutedEvent(db, failing.id);
+    // Opens on the first failure and stays open for the whole test.
+    const r = start(db, { breakerThreshold: 1, breakerCooldownMs: 60_000 });
+    await waitForStatus(db, bad.id, 'retrying');
+    const good = await recordRoutedEvent(db, healthy.id);
+    r.scheduler.kick();
+    assert.equal((await waitForStatus(db, good.id, 'delivered')).attempts, 1);
+  });
+
   it('two replicas on one database never attempt the same delivery concurrently', async () => {
     const inFlightByEvent = new Map<string, number>();
     let overlaps = 0;
