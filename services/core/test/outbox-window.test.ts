@@ -6,6 +6,7 @@ import { createLogger, enqueueOutbox, migrate, openDatabase, OutboxRelay, type B
 import { MemoryBus } from '../src/bus/memory.ts';
 import { publishedInOrder } from '../src/outbox.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
+import { waitFor } from './bus-contract.ts';
 
 const log = createLogger({ level: 'silent', name: 'outbox-test' });
 const ok = { status: 'fulfilled', value: undefined } as const;
@@ -50,7 +51,7 @@ describe('outbox relay publish window', () => {
       const relay = new OutboxRelay(db, bus, log, 60_000, 200);
       await relay.flush();
       // The consumer gets one message per turn of the event loop: wait for all of them.
-      for (let turns = 0; seen.length < 450 && turns < 10_000; turns++) await new Promise((r) => setImmediate(r));
+      await waitFor(() => seen.length === 450, 'the consumer to see every message');
       await bus.close();
       assert.equal(Number((await db('outbox').count({ n: '*' }).first())!.n), 0);
       for (let s = 0; s < 3; s++) {

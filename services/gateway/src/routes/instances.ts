@@ -162,10 +162,8 @@ export const instanceRoutes = [
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
       await claimPairingSlot(deps, params.id);
       let reply: Record<string, unknown>;
-      let startedHere = false;
       try {
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
-          startedHere = true;
           await mirror(deps, { ...row, paused: false });
           await deps.runtime.start(params.id);
         }
@@ -176,7 +174,7 @@ export const instanceRoutes = [
         // a refused request leaves the run state as it found it. Any other failure (the session
         // is not up yet, as in cluster mode before the operator's pod) leaves it starting.
         await deps.db('instances').where({ id: params.id }).update({ last_pairing_at: row.last_pairing_at });
-        if (startedHere && row.paused && needsNoPairing(err)) await pauseAgain(deps, params.id);
+        if (row.paused && needsNoPairing(err)) await pauseAgain(deps, params.id);
         throw err;
       }
       const expiresAt = new Date(Date.now() + 3 * 60_000).toISOString();

@@ -31,7 +31,7 @@ export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: S
     voiceNote: Boolean(req.ptt),
     bytes,
   });
-  return { id: record.id, mimetype, ...(seconds === null ? {} : { seconds }) };
+  return { id: record.id, mimetype, seconds: seconds ?? undefined };
 }
 
 function unsupported(detail: string): Problem {
