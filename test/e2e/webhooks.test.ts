@@ -107,6 +107,29 @@ describe('webhooks end to end', function () {
     assert.equal(all[8].rawBody.toString('hex'), all[0].rawBody.toString('hex'), 'same body on the manual retry');
   });
 
+  it('routes a manual retry with the configuration of now: a removed URL gets nothing, no URL is 409', async () => {
+    const inst = (await t.admin.post('/api/instances', { name: 'Moved receiver' })).body;
+    await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: receiver.url('/gone') });
+    receiver.respondWith((r) => (r.path === '/gone' ? { status: 500 } : { status: 200 }));
+    const test = await t.admin.post(`/api/instances/${inst.id}/webhook/test`);
+    await waitForEvent(t.admin, inst.id, (e) => e.id === test.body.id && e.delivery.status === 'exhausted', 'exhausted');
+
+    await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: '' });
+    const refused = await t.admin.post(`/api/instances/${inst.id}/events/${test.body.id}/retry`);
+    assert.equal(refused.status, 409);
+    assert.equal(refused.body.code, 'not_retryable');
+    assert.match(refused.body.detail, /no URL/);
+    const kept = await waitForEvent(t.admin, inst.id, (e) => e.id === test.body.id, 'the event');
+    assert.equal(kept.delivery.status, 'exhausted', 'still retryable once a URL is set');
+
+    await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: receiver.url('/moved') });
+    assert.equal((await t.admin.post(`/api/instances/${inst.id}/events/${test.body.id}/retry`)).status, 202);
+    const again = await waitForEvent(t.admin, inst.id, (e) => e.id === test.body.id && e.delivery.status === 'delivered', 'delivered after retry');
+    assert.equal(again.delivery.url, receiver.url('/moved'));
+    const paths = receiver.requests.filter((r) => bodyOf(r).id === test.body.id).map((r) => r.path);
+    assert.deepEqual(paths, [...Array(8).fill('/gone'), '/moved'], 'nothing more to the removed URL');
+  });
+
 });
 
 describe('webhook cancellation rules', function () {

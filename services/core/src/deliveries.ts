@@ -2,7 +2,9 @@
 // with their delivery result, the manual retry of an exhausted delivery, and the two cancellation
 // rules. The dispatcher owns routing and attempts; these helpers only read and reset rows.
 import type { Knex } from 'knex';
-import { problems } from './problem.ts';
+import { problems, type Problem } from './problem.ts';
+import type { EventEnvelope } from './events.ts';
+import { routeEvent, type WebhookSettings } from './webhook-routing.ts';
 
 /** The destination fields of a webhook configuration; every other field is not a URL. */
 export const WEBHOOK_DESTINATIONS = ['url', 'received', 'delivery', 'status', 'connected', 'disconnected', 'presence'] as const;
@@ -101,18 +103,34 @@ function iso(value: Date | string | null | undefined): string | null {
 
 /**
  * POST …/events/{eventId}/retry: a fresh series of attempts for an exhausted delivery, with the
- * same event id and body (the body lives in `events` and is never rewritten) to the URL the event
- * was routed to. Only `exhausted` is retryable: a `retrying` delivery still has its own series
- * scheduled, and restarting it would let two series overlap; every other status has nothing to
- * retry (409 `not_retryable`). 404 when the event is not one of this instance's.
+ * same event id and body (the body lives in `events` and is never rewritten). The event is routed
+ * again with the instance's configuration of now, as saving the webhook applies to what is still
+ * to be sent: a URL removed since gets nothing more, and a destination changed since gets the
+ * retry. When the configuration now filters the event or has no URL for it, nothing is sent and
+ * the delivery stays exhausted (409 `not_retryable`, retryable again once a URL is set).
+ *
+ * Only `exhausted` is retryable: a `retrying` delivery still has its own series scheduled, and
+ * restarting it would let two series overlap; every other status has nothing to retry (409
+ * `not_retryable`). 404 when the event is not one of this instance's.
  */
 export async function retryEvent(db: Knex | Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
-  const event = await db('events').where({ id: eventId, instance_id: instanceId }).first('id');
+  const event = await db('events as e')
+    .join('instances as i', 'i.id', 'e.instance_id')
+    .where({ 'e.id': eventId, 'e.instance_id': instanceId })
+    .first('e.type', 'e.body', 'i.webhook', 'i.settings');
   if (!event) throw problems.notFound('The event');
+  const current = await db('deliveries').where({ event_id: eventId }).first('status');
+  if (current?.status !== 'exhausted') {
+    throw notRetryable(`Only a delivery whose attempts are exhausted can be retried; this one is ${current?.status ?? 'not yet routed'}.`);
+  }
+  const envelope = { type: event.type as EventEnvelope['type'], data: (jsonObject(event.body).data ?? {}) as Record<string, unknown> };
+  const route = routeEvent(envelope, jsonObject(event.webhook) as WebhookConfig, jsonObject(event.settings) as WebhookSettings);
+  if (route.status !== 'pending') throw notRetryable(NOT_ROUTED[route.status]);
   const updated = await db('deliveries')
     .where({ event_id: eventId, instance_id: instanceId, status: 'exhausted' })
     .update({
       status: 'pending',
+      url: route.url,
       attempts: 0,
       last_status_code: null,
       last_error: null,
@@ -120,13 +138,25 @@ export async function retryEvent(db: Knex | Knex.Transaction, instanceId: string
       next_attempt_at: db.fn.now(),
       updated_at: db.fn.now(),
     });
-  if (updated === 0) {
-    const current = await db('deliveries').where({ event_id: eventId }).first('status');
-    const status = current?.status ?? 'not yet routed';
-    throw problems.conflict('not_retryable', `Only a delivery whose attempts are exhausted can be retried; this one is ${status}.`);
-  }
+  // Only a concurrent retry of the same event gets here: it restarted the series first.
+  if (updated === 0) throw notRetryable('This delivery was retried meanwhile; its new series is under way.');
   const [record] = await listOne(db, eventId);
   return record;
+}
+
+const NOT_ROUTED: Record<'filtered' | 'no_destination', string> = {
+  filtered: "The instance's settings now filter this event out, so there is nothing to send; change the settings to retry it.",
+  no_destination: "The instance's webhook configuration has no URL for this event now; set one, then retry.",
+};
+
+function notRetryable(detail: string): Problem {
+  return problems.conflict('not_retryable', detail);
+}
+
+/** A JSON column as an object, whether the driver parsed it (PostgreSQL) or not (PGlite text). */
+function jsonObject(value: unknown): Record<string, unknown> {
+  const parsed = typeof value === 'string' ? JSON.parse(value) : value;
+  return parsed && typeof parsed === 'object' ? (parsed as Record<string, unknown>) : {};
 }
 
 async function listOne(db: Knex | Knex.Transaction, eventId: string): Promise<EventWithDelivery[]> {

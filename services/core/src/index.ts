@@ -16,6 +16,7 @@ export { openDatabase, migrate, isEmbedded, batchGatherMs, prepared, type Db, ty
 export { SEND_QUEUE_LIMIT, QUEUE_FULL_SQLSTATE } from './db/migrations/002_queue_count.ts';
 export * from './auth-store.ts';
 export * from './deliveries.ts';
+export * from './webhook-routing.ts';
 export * from './address-policy.ts';
 export * from './media/index.ts';
 export * from './platform.ts';

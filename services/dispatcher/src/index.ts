@@ -74,7 +74,6 @@ function pickSchedulerOptions(o: DispatcherOptions): Partial<SchedulerOptions> {
   return picked;
 }
 
-export { routeEvent, routeOf, type RouteDecision, type WebhookSettings } from './routing.ts';
 export { computeSignature, signatureHeaders, verifySignature, SIGNATURE_PREFIX } from './signing.ts';
 export { isPublicAddress, checkWebhookUrl, createEgressClient, EgressError, type EgressClient, type EgressOptions } from './egress.ts';
 export { DeliveryScheduler, type SchedulerOptions } from './scheduler.ts';

@@ -11,10 +11,9 @@
 // At start the intake also routes every event that has no delivery row yet: the database is the
 // record, so events whose bus message was lost (in-process bus after a crash, purged stream) are
 // rebuilt from it.
-import type { Bus, BusMessage, EventEnvelope, Logger, Subscription, WebhookConfig } from '@switchboard/core';
+import { routeEvent, type Bus, type BusMessage, type EventEnvelope, type Logger, type Subscription, type WebhookConfig, type WebhookSettings } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { firstAttemptDelayMs } from './backoff.ts';
-import { routeEvent, type WebhookSettings } from './routing.ts';
 import { destinationKey } from './destination.ts';
 import { findUnroutedEvents, insertDeliveries, loadRoutingConfigs, type ClaimedDelivery, type NewDelivery } from './store.ts';
 import { CallBatcher } from '@switchboard/core';

@@ -26,7 +26,7 @@ import { DeliveredWriter } from './delivered-writer.ts';
 import { RecentValues } from './recent-values.ts';
 import { ResponsiveDestinations } from './responsive-destinations.ts';
 import type { DeliveryHandOff } from './intake.ts';
-import { claimDueDeliveries, recordFailure, releaseClaim, type ClaimedDelivery } from './store.ts';
+import { claimDueDeliveries, recordCutOffAttempt, recordFailure, releaseClaim, type ClaimedDelivery } from './store.ts';
 
 export interface SchedulerOptions {
   /** How often to look for due deliveries when nothing kicks the scheduler. */
@@ -372,6 +372,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     if (outcome.kind === 'delivered') {
       this.breakers.onSuccess(breakerKeyOf(claim));
       const recorded = await this.delivered.record(claim, outcome.statusCode);
+      if (!recorded) await recordCutOffAttempt(this.deps.db, claim, outcome.statusCode, null);
       log.debug({ eventId: claim.eventId, statusCode: outcome.statusCode, recorded }, 'webhook delivered');
       return;
     }
@@ -379,6 +380,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     const attemptsMade = claim.attempts + 1;
     const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });
+    if (!recorded) await recordCutOffAttempt(this.deps.db, claim, outcome.statusCode, outcome.error);
     if (recorded && retryInMs !== undefined) this.wakeUpIn(retryInMs);
     if (retryInMs === undefined && recorded) this.deps.metrics?.webhookExhausted.inc();
     log.info(

@@ -104,16 +104,16 @@ export async function releaseClaim(db: Knex, claim: ClaimedDelivery, nextAttempt
   return (await held(db, claim).update({ next_attempt_at: nextAttemptAt, updated_at: db.fn.now() })) > 0;
 }
 
-export async function recordDelivered(db: Knex, claim: ClaimedDelivery, statusCode: number): Promise<boolean> {
-  const updated = await held(db, claim).update({
-    status: 'delivered',
-    attempts: claim.attempts + 1,
-    last_status_code: statusCode,
-    last_error: null,
-    delivered_at: db.fn.now(),
-    next_attempt_at: null,
-    updated_at: db.fn.now(),
-  });
+/**
+ * An attempt whose row was cancelled while it ran (webhook saved without its URL, secret
+ * regenerated) still reached the receiver, or tried to: it is counted, with its answer, and the
+ * row stays cancelled. `attempts` still equal to the claim's count means no other write counted
+ * this attempt (a replica that took over an expired lease records its own attempt).
+ */
+export async function recordCutOffAttempt(db: Knex, claim: ClaimedDelivery, statusCode: number | null, error: string | null): Promise<boolean> {
+  const updated = await db('deliveries')
+    .where({ event_id: claim.eventId, status: 'cancelled', attempts: claim.attempts })
+    .update({ attempts: claim.attempts + 1, last_status_code: statusCode, last_error: error, updated_at: db.fn.now() });
   return updated > 0;
 }
 

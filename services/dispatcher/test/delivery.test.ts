@@ -430,6 +430,21 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal((await deliveryOf(db, open1.id)).attempts, 0);
   });
 
+  it('counts an attempt cut off by a cancel, with its answer; the delivery stays cancelled', async () => {
+    receiver.respondWith((r) => ({ status: r.path === '/ok' ? 200 : 500, delayMs: 300 }));
+    const failing = await createInstance(db, { webhook: { url: receiver.url('/fail') } });
+    const answering = await createInstance(db, { webhook: { url: receiver.url('/ok') } });
+    const failed = await recordRoutedEvent(db, failing.id);
+    const delivered = await recordRoutedEvent(db, answering.id);
+    start(db);
+    await receiver.waitForRequests(2);
+    for (const inst of [failing, answering]) assert.equal(await db.transaction((trx) => cancelPendingDeliveries(trx, inst.id)), 1);
+    await waitFor('both attempts counted', async () => (await deliveryOf(db, failed.id)).attempts === 1 && (await deliveryOf(db, delivered.id)).attempts === 1);
+    const [a, b] = [await deliveryOf(db, failed.id), await deliveryOf(db, delivered.id)];
+    assert.deepEqual([a.status, a.last_status_code, a.last_error], ['cancelled', 500, 'HTTP 500']);
+    assert.deepEqual([b.status, b.last_status_code, b.last_error, b.delivered_at], ['cancelled', 200, null, null]);
+  });
+
   it('uses the current secret on every attempt (read fresh from the instance)', async () => {
     receiver.respondWith((_r, i) => ({ status: i === 0 ? 500 : 200 }));
     const inst = await createInstance(db, { webhook: { url: receiver.url() } });

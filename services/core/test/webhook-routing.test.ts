@@ -1,7 +1,7 @@
 // Routing and filters of DESIGN §5 "Events", one table row per rule.
 import assert from 'node:assert/strict';
-import type { WebhookConfig } from '@switchboard/core';
-import { routeEvent, type RouteDecision, type WebhookSettings } from '../src/routing.ts';
+import type { WebhookConfig } from '../src/deliveries.ts';
+import { routeEvent, type RouteDecision, type WebhookSettings } from '../src/webhook-routing.ts';
 
 const ALL_URLS: WebhookConfig = {
   url: 'https://general.example.com/h',

@@ -1,7 +1,10 @@
 // Which URL an event goes to, or why it goes nowhere (DESIGN §5 "Events": routing and filters).
-// Pure: the intake calls it once per event with the instance's configuration at that moment, and
-// the decision is stored in the delivery row.
-import type { EventEnvelope, SettingName, WebhookConfig, WebhookDestination } from '@switchboard/core';
+// Pure: the dispatcher's intake calls it once per event with the instance's configuration at that
+// moment, and the decision is stored in the delivery row; a manual retry (deliveries.ts) routes
+// the event again with the configuration of its own moment.
+import type { WebhookConfig, WebhookDestination } from './deliveries.ts';
+import type { EventEnvelope } from './events.ts';
+import type { SettingName } from './network.ts';
 
 export type RouteDecision = { status: 'pending'; url: string } | { status: 'filtered' } | { status: 'no_destination' };
 
@@ -15,7 +18,7 @@ interface Route {
 }
 
 /** Which destination field and which ignore setting belong to an event. */
-export function routeOf(envelope: Pick<EventEnvelope, 'type' | 'data'>): Route {
+function routeOf(envelope: Pick<EventEnvelope, 'type' | 'data'>): Route {
   switch (envelope.type) {
     case 'message.received':
       return { destination: 'received', ignoredBy: 'ignoreReceived' };
