@@ -48,8 +48,8 @@ export const activityRoutes = [
     path: '/api/instances/{id}/events/{eventId}/retry',
     auth: 'admin',
     tag: 'activity',
-    summary: 'Start a fresh delivery series for an exhausted event (same id and body)',
-    responses: { 202: EventRecord, 404: 'absent', 409: 'not exhausted' },
+    summary: 'Start a fresh delivery series for an exhausted event (same id and body, routed with the webhook configuration of now)',
+    responses: { 202: EventRecord, 404: 'absent', 409: 'not exhausted, or no URL for the event now' },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       return { status: 202, body: await retryEvent(deps.db, params.id, params.eventId) };
