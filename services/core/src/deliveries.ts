@@ -3,6 +3,7 @@
 // rules. The dispatcher owns routing and attempts; these helpers only read and reset rows.
 import type { Knex } from 'knex';
 import { problems, type Problem } from './problem.ts';
+import { jsonObject } from './db/json-column.ts';
 import type { EventEnvelope } from './events.ts';
 import { routeEvent, type WebhookSettings } from './webhook-routing.ts';
 
@@ -151,12 +152,6 @@ const NOT_ROUTED: Record<'filtered' | 'no_destination', string> = {
 
 function notRetryable(detail: string): Problem {
   return problems.conflict('not_retryable', detail);
-}
-
-/** A JSON column as an object, whether the driver parsed it (PostgreSQL) or not (PGlite text). */
-function jsonObject(value: unknown): Record<string, unknown> {
-  const parsed = typeof value === 'string' ? JSON.parse(value) : value;
-  return parsed && typeof parsed === 'object' ? (parsed as Record<string, unknown>) : {};
 }
 
 async function listOne(db: Knex | Knex.Transaction, eventId: string): Promise<EventWithDelivery[]> {

@@ -13,6 +13,7 @@ export * from './bus/types.ts';
 export * from './bus/index.ts';
 export * from './media/types.ts';
 export { openDatabase, migrate, isEmbedded, batchGatherMs, prepared, type Db, type DatabaseOptions } from './db/connect.ts';
+export { jsonObject } from './db/json-column.ts';
 export { SEND_QUEUE_LIMIT, QUEUE_FULL_SQLSTATE } from './db/migrations/002_queue_count.ts';
 export * from './auth-store.ts';
 export * from './deliveries.ts';

@@ -3,7 +3,7 @@
 // out, and every later write is fenced on that lease value (a replica whose lease expired cannot
 // overwrite the result of the replica that took over).
 import type { Knex } from 'knex';
-import { prepared } from '@switchboard/core';
+import { jsonObject, prepared } from '@switchboard/core';
 
 /** What an attempt sends: the exact body, the trace context and the instance's sealed secret. */
 export interface AttemptMaterial {
@@ -268,7 +268,7 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
  *  (instances that do not exist are absent). */
 export async function loadRoutingConfigs(db: Knex, instanceIds: string[]): Promise<Map<string, { webhook: Record<string, unknown>; settings: Record<string, unknown> }>> {
   const rows = instanceIds.length ? await db('instances').whereIn('id', instanceIds).select('id', 'webhook', 'settings') : [];
-  return new Map(rows.map((r: any) => [r.id, { webhook: asObject(r.webhook), settings: asObject(r.settings) }]));
+  return new Map(rows.map((r: any) => [r.id, { webhook: jsonObject(r.webhook), settings: jsonObject(r.settings) }]));
 }
 
 export interface UnroutedEvent {
@@ -292,15 +292,4 @@ export async function findUnroutedEvents(db: Knex, after: { position: string; id
   if (after) query.whereRaw('(e.created_at, e.id) > (?::timestamptz, ?)', [after.position, after.id]);
   const rows = await query;
   return rows.map((r: any) => ({ id: r.id, instanceId: r.instance_id, body: r.body, position: r.position }));
-}
-
-function asObject(value: unknown): Record<string, unknown> {
-  if (typeof value === 'string') {
-    try {
-      return asObject(JSON.parse(value));
-    } catch {
-      return {};
-    }
-  }
-  return value && typeof value === 'object' ? (value as Record<string, unknown>) : {};
 }
