@@ -29,6 +29,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.secrets.existingSecret | default (printf "%s-env" (include "switchboard.fullname" .)) -}}
 {{- end -}}
 
+{{/* A key of the chart's Secret: the value given, else the value the release's Secret already
+     holds (so upgrades keep it: a new ENCRYPTION_KEY would make stored data unreadable), else a
+     generated one. `helm template` has no cluster to look in and generates; tools that render
+     that way on every sync must set the value (see docs/kubernetes.md). */}}
+{{- define "switchboard.secretValue" -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace (include "switchboard.secretName" .root) -}}
+{{- $kept := "" -}}
+{{- if and $existing $existing.data -}}
+{{- $kept = get $existing.data .key | default "" | b64dec -}}
+{{- end -}}
+{{- .given | default $kept | default .generated -}}
+{{- end -}}
+
 {{- define "switchboard.configMapName" -}}
 {{- printf "%s-config" (include "switchboard.fullname" .) -}}
 {{- end -}}

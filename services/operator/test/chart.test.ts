@@ -142,8 +142,19 @@ describe('chart, CRDs and examples', function () {
     assert.equal(operatorEnv.find((e) => e.name === 'SESSION_IMAGE')!.value, [...images][0], 'session pods run the same image');
   });
 
+  it('renders with its defaults: keys left empty are generated, keys given are used', () => {
+    const secretOf = (objs: Obj[]) => find(objs, 'Secret', 'sb-switchboard-env')!.stringData as Record<string, string>;
+    const generated = secretOf(template([]));
+    assert.equal(Buffer.from(generated.ENCRYPTION_KEY, 'base64').length, 32);
+    assert.equal(Buffer.from(generated.ENCRYPTION_KEY, 'base64').toString('base64'), generated.ENCRYPTION_KEY, 'canonical base64');
+    assert.match(generated.ADMIN_API_KEY, /^[A-Za-z0-9]{40}$/);
+    assert.notEqual(secretOf(template([])).ENCRYPTION_KEY, generated.ENCRYPTION_KEY, 'random, not a fixed default');
+    const given = secretOf(template(REQUIRED));
+    assert.deepEqual([given.ENCRYPTION_KEY, given.ADMIN_API_KEY], ['MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'admin-key-of-16-chars']);
+    assert.equal(find(template(['secrets.existingSecret=mine']), 'Secret', 'sb-switchboard-env'), undefined, 'an existing Secret is used as is');
+  });
+
   it('refuses values that would not work (schema and required values)', () => {
-    assert.throws(() => template([]), /encryptionKey is required/);
     assert.throws(() => template([...REQUIRED, 'postgresql.enabled=false']), /externalDatabase.url is required/);
     assert.throws(() => template([...REQUIRED, 'networkDriver=carrier-pigeon']), /networkDriver/);
     assert.throws(() => template([...REQUIRED, 'gateway.replicaz=3']), /replicaz/);

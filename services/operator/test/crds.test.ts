@@ -95,7 +95,7 @@ describe('CRDs', () => {
 
   it('Instance: kubectl get shows State, Phone, Project and Age; the short name is sbi', () => {
     const version = crds.Instance.spec.versions[0];
-    const columns = version.additionalPrinterColumns.filter((c: Obj) => !c.priority).map((c: Obj) => `${c.name}=${c.jsonPath}`);
+    const columns = version.additionalPrinterColumns.map((c: Obj) => `${c.name}=${c.jsonPath}`);
     assert.deepEqual(columns, ['State=.status.state', 'Phone=.status.phone', 'Project=.spec.projectRef', 'Age=.metadata.creationTimestamp']);
     assert.deepEqual(crds.Instance.spec.names.shortNames, ['sbi']);
     assert.deepEqual(crds.Project.spec.names.shortNames, ['sbp']);

@@ -11,7 +11,7 @@ describe('fake Kubernetes API server', () => {
   let custom: CustomObjectsApi;
   let core: CoreV1Api;
   const ref = { group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES };
-  const body = (name: string, spec: Record<string, unknown> = { displayName: 'X' }) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name }, spec });
+  const body = (name: string, spec: Record<string, unknown> = { displayName: 'Xx' }) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name }, spec });
 
   before(async () => {
     fake = await startFake({ podTerminationMs: 0 });
@@ -23,10 +23,10 @@ describe('fake Kubernetes API server', () => {
 
   it('rejects a write with a stale resourceVersion with 409, and an invalid object with 422', async () => {
     const created = await custom.createNamespacedCustomObject({ ...ref, body: body('rv-test') });
-    const updated = await custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...created, spec: { displayName: 'Y' } } });
+    const updated = await custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...created, spec: { displayName: 'Yy' } } });
     assert.notEqual(updated.metadata.resourceVersion, created.metadata.resourceVersion);
     assert.equal(updated.metadata.generation, 2);
-    await assert.rejects(custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...created, spec: { displayName: 'Z' } } }), (e: { code?: number }) => e.code === 409);
+    await assert.rejects(custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...created, spec: { displayName: 'Zz' } } }), (e: { code?: number }) => e.code === 409);
     await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('bad', { displayName: '' }) }), (e: { code?: number }) => e.code === 422);
     await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('rv-test') }), (e: { code?: number }) => e.code === 409);
   });
@@ -34,7 +34,7 @@ describe('fake Kubernetes API server', () => {
   it('keeps status out of main-resource writes and spec out of status writes', async () => {
     const o = await custom.getNamespacedCustomObject({ ...ref, name: 'rv-test' });
     const s = await custom.replaceNamespacedCustomObjectStatus({ ...ref, name: 'rv-test', body: { ...o, spec: { displayName: 'ignored' }, status: { state: 'connected' } } });
-    assert.equal(s.spec.displayName, 'Y');
+    assert.equal(s.spec.displayName, 'Yy');
     assert.equal(s.status.state, 'connected');
     assert.equal(s.metadata.generation, o.metadata.generation, 'status writes do not bump generation');
     const m = await custom.replaceNamespacedCustomObject({ ...ref, name: 'rv-test', body: { ...s, status: { state: 'stopped' } } });
@@ -77,7 +77,7 @@ describe('fake Kubernetes API server', () => {
     await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('i'.repeat(41)) }), invalid);
     await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('Bad_Name') }), invalid);
     await custom.createNamespacedCustomObject({ ...ref, body: body('i'.repeat(40)) });
-    await custom.createNamespacedCustomObject({ ...ref, body: body('cel-reset', { displayName: 'R', resetRequestedAt: '2030-01-01T00:00:00Z' }) });
+    await custom.createNamespacedCustomObject({ ...ref, body: body('cel-reset', { displayName: 'Rr', resetRequestedAt: '2030-01-01T00:00:00Z' }) });
     const patch = (spec: Record<string, unknown>) =>
       custom.patchNamespacedCustomObject({ ...ref, name: 'cel-reset', body: { spec } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
     await assert.rejects(patch({ resetRequestedAt: '2029-12-31T23:59:59Z' }), invalid);

@@ -59,14 +59,14 @@ describe('gateway: KubernetesInstanceResources', () => {
   it('answers 503 kubernetes_unavailable while the API is down or failing, and works again after', async () => {
     const expect503 = (err: unknown) => err instanceof Problem && err.status === 503 && err.code === 'kubernetes_unavailable' && err.headers['Retry-After'] === '5';
     fake.setUnavailable(true);
-    await assert.rejects(resources.apply({ id: 'inst-b', name: 'B', projectId: null, paused: false }), expect503);
+    await assert.rejects(resources.apply({ id: 'inst-b', name: 'Bb', projectId: null, paused: false }), expect503);
     fake.setUnavailable(false);
     await fake.stop();
-    await assert.rejects(resources.apply({ id: 'inst-b', name: 'B', projectId: null, paused: false }), expect503);
+    await assert.rejects(resources.apply({ id: 'inst-b', name: 'Bb', projectId: null, paused: false }), expect503);
     await assert.rejects(resources.delete('inst-b'), expect503);
     await fake.start();
-    await resources.apply({ id: 'inst-b', name: 'B', projectId: null, paused: false });
-    assert.equal(get('inst-b')!.spec.displayName, 'B');
+    await resources.apply({ id: 'inst-b', name: 'Bb', projectId: null, paused: false });
+    assert.equal(get('inst-b')!.spec.displayName, 'Bb');
   });
 
   it('answers 503 when the API hangs instead of refusing', async () => {
