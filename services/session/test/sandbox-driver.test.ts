@@ -112,6 +112,30 @@ describe('sandbox driver rules', () => {
     await rejects(driver.sandbox('inbound', { from: 'x', type: 'nope' }), 400, 'validation_failed');
   });
 
+  it('spaces receipts by the delay from the send itself: delivered one delay after the send, not two', async () => {
+    const spaced = new RecordingListener();
+    const seen = new Map<string, number>();
+    const onReceipt = spaced.onReceipt.bind(spaced);
+    spaced.onReceipt = async (r) => {
+      seen.set(r.status, performance.now());
+      await onReceipt(r);
+    };
+    const ctx = { instanceId: 'inst-spaced', auth: new MemoryAuthStore(), listener: spaced, isOwnSend: async () => false, settings: () => settings };
+    const paced = new SandboxDriver(ctx, { db, receiptDelayMs: 1000, reconnectDelayMs: 5 });
+    try {
+      await paced.connect();
+      await paced.sandbox('scan', { phone: '5511911113333' });
+      const sentAt = performance.now();
+      await paced.send({ messengerId: 'PACED1', to: { kind: 'phone', phone: '5511955557777' }, type: 'text', text: 'x' });
+      await until(() => seen.has('delivered'), 'the delivered receipt', 5000);
+      const after = seen.get('delivered')! - sentAt;
+      // One delay (1 s); the old schedule took two. The margin is for a slow timer, not a bound on speed.
+      assert.ok(after >= 990 && after < 1800, `delivered ${Math.round(after)} ms after the send`);
+    } finally {
+      await paced.disconnect();
+    }
+  });
+
   it('owes receipts the session was not there to take, and delivers them when it connects again', async () => {
     const auth = new MemoryAuthStore();
     const ctx = (l: RecordingListener) => ({ instanceId: 'inst-owed', auth, listener: l, isOwnSend: async () => false, settings: () => settings });
@@ -120,15 +144,16 @@ describe('sandbox driver rules', () => {
     await first.connect();
     await first.sandbox('scan', { phone: '5511911112222' });
     await first.send({ messengerId: 'OWED1', to: { kind: 'phone', phone: '5511955556666' }, type: 'text', text: 'x' });
-    await first.disconnect(); // stopped before any receipt was due
+    await first.disconnect(); // stopped before `delivered` was due (`sent`, due at once, may have come)
 
     const next = new RecordingListener();
     const second = new SandboxDriver(ctx(next), slow);
     try {
       await second.connect();
       await until(() => next.receipts.some((r) => r.messengerId === 'OWED1' && r.status === 'read'), 'the owed read receipt', 5000);
-      assert.deepEqual(next.receipts.filter((r) => r.messengerId === 'OWED1').map((r) => r.status), ['sent', 'delivered', 'read']);
-      assert.ok(!listener.receipts.some((r) => r.messengerId === 'OWED1'), 'the first connection got none');
+      const took = (l: RecordingListener) => l.receipts.filter((r) => r.messengerId === 'OWED1').map((r) => r.status);
+      assert.ok(took(listener).every((s) => s === 'sent'), 'the first connection got no later receipt');
+      assert.deepEqual([...took(listener), ...took(next)], ['sent', 'delivered', 'read'], 'each receipt once, in order');
       await until(async () => ((await db('sandbox_ledger').where({ messenger_id: 'OWED1' }).first('receipts_owed')).receipts_owed as string[]).length === 0, 'the ledger settled');
     } finally {
       await second.disconnect();

@@ -224,11 +224,13 @@ export class SandboxDriver implements NetworkDriver {
     await this.opts.db('sandbox_ledger').insert({ instance_id: this.ctx.instanceId, messenger_id: msg.messengerId, phone: destinationJid(msg.to), receipts_owed: receipts });
   }
 
-  /** Each receipt is crossed off the ledger once the session has taken it; one the session
-   *  never took (it stopped first) is delivered again when the account reconnects. */
+  /** Receipts come `receiptDelayMs` apart, the first at once: `sent` is the server's ack of the
+   *  send itself, so `delivered` follows the send by one delay, not two. Each receipt is crossed
+   *  off the ledger once the session has taken it; one the session never took (it stopped
+   *  first) is delivered again when the account reconnects. */
   private scheduleReceipts(messengerId: string, receipts: DeliveryStatus[]): void {
     receipts.forEach((status, i) => {
-      this.later(this.opts.receiptDelayMs * (i + 1), () =>
+      this.later(this.opts.receiptDelayMs * i, () =>
         this.emit(async () => {
           await this.ctx.listener.onReceipt({ messengerId, status });
           const row = this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
