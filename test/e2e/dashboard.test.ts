@@ -348,8 +348,12 @@ describe('dashboard end to end (headless Chromium)', function () {
     // Filter by project, rename and delete the project (its instance stays), delete an instance.
     await page.goto(`${server.url}/ui#/instances`);
     await page.getByLabel('Filter by project').selectOption('support');
-    await page.locator('tr[data-instance-id]').first().waitFor();
-    assert.deepEqual(await page.locator('tr[data-instance-id] a').allTextContents(), ['Front desk']);
+    // The filter navigates (hashchange, a later task) and the list reloads: until then the
+    // unfiltered rows are still on the page. Wait for the filtered list itself.
+    await eventually(async () => {
+      assert.deepEqual(await page.locator('tr[data-instance-id] a').allTextContents(), ['Front desk']);
+      return true;
+    }, UI_TIMEOUT_MS, 'only the project\'s instance listed');
     await navLink(page, 'Projects').click();
     await page.getByRole('button', { name: 'Rename Support team' }).click();
     await page.getByLabel('New name').fill('Customer care');

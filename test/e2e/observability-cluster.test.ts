@@ -164,10 +164,13 @@ describe('observability (cluster mode: three processes, NATS headers)', function
     const { messageId, deliveries } = await sendAndDeliver(gatewayUrl, receiver, { instanceId: created.body.id, apiToken: created.body.apiToken });
     const attemptIds = deliveries.map((d) => d.headers.traceparent?.split('-')[2]);
     await eventually(async () => attemptIds.every((id) => collector.spans.some((s) => s.spanId === id)) && collector.spans.some((s) => s.name === 'session receipt'), 15_000, 'spans exported');
-    // Let the batches still in flight arrive (a parent may be exported after its children).
-    await new Promise((r) => setTimeout(r, 500));
-    const spans = new SpanSet(collector.spans);
-    assertOneTrace(spans, deliveries, messageId, 'POST /api/instances/:id/messages');
+    // Batches still in flight may arrive later (a parent may be exported after its children, each
+    // process on its own schedule): wait until the whole trace is there, or fail with what is missing.
+    const spans = await eventually(async () => {
+      const all = new SpanSet([...collector.spans]);
+      assertOneTrace(all, deliveries, messageId, 'POST /api/instances/:id/messages');
+      return all;
+    }, 15_000, 'the whole trace exported');
 
     const trace = spans.inTrace(spans.one('accept send', (s) => s.attributes['switchboard.message.id'] === messageId).traceId);
     const servicesOf = (name: string) => new Set(trace.named(name).map((s) => s.service));

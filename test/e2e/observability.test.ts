@@ -83,7 +83,9 @@ describe('observability (embedded)', function () {
     // An attempt span ends just after the receiver answered.
     const attemptIds = deliveries.map((d) => d.headers.traceparent?.split('-')[2]);
     await eventually(async () => attemptIds.every((id) => spans().spans.some((s) => s.spanId === id)), 5000, 'webhook attempt spans');
-    assertOneTrace(spans(), deliveries, messageId, 'POST /api/instances/:id/messages');
+    // Other spans of the trace (a consumer's, say) may end a moment after the attempts: wait for
+    // the whole trace, or fail with what is missing.
+    await eventually(async () => (assertOneTrace(spans(), deliveries, messageId, 'POST /api/instances/:id/messages'), true), 5000, 'the whole trace');
     // Auto-instrumentation: PostgreSQL queries and undici requests (the webhook POSTs) are spans too.
     const all = spans().spans;
     assert.ok(all.some((s) => s.attributes['db.system'] === 'postgresql' || s.attributes['db.system.name'] === 'postgresql'), 'pg spans');

@@ -29,6 +29,8 @@ export interface ProgrammedResponse {
   body?: string;
   /** Accept the request and never answer (until the receiver closes). */
   blackHole?: boolean;
+  /** Answer only once this settles (then after delayMs, if any): the test decides when. */
+  until?: Promise<unknown>;
 }
 
 export type Responder = (req: ReceivedRequest, index: number) => ProgrammedResponse;
@@ -78,18 +80,22 @@ export async function startHttpsReceiver(responder: Responder = () => ({ status:
         const answer = respond(record, index);
         if (answer.blackHole) return;
         const send = () => {
+          if (res.destroyed) return; // the client or close() hung up meanwhile
           const headers: Record<string, string> = { 'content-type': 'text/plain' };
           if (answer.retryAfter !== undefined) headers['retry-after'] = answer.retryAfter;
           if (answer.location !== undefined) headers.location = answer.location;
           res.writeHead(answer.status ?? 200, headers).end(answer.body ?? 'ok');
         };
-        if (answer.delayMs) {
+        const answerNow = () => {
+          if (!answer.delayMs) return send();
           const timer = setTimeout(() => {
             timers.delete(timer);
             send();
           }, answer.delayMs);
           timers.add(timer);
-        } else send();
+        };
+        if (answer.until) answer.until.then(answerNow, answerNow);
+        else answerNow();
       });
     },
   );

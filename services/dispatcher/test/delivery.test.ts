@@ -431,14 +431,21 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
   });
 
   it('counts an attempt cut off by a cancel, with its answer; the delivery stays cancelled', async () => {
-    receiver.respondWith((r) => ({ status: r.path === '/ok' ? 200 : 500, delayMs: 300 }));
+    // The receiver answers only once both deliveries were cancelled, however long that takes.
+    let cancelled!: () => void;
+    const bothCancelled = new Promise<void>((r) => (cancelled = r));
+    receiver.respondWith((r) => ({ status: r.path === '/ok' ? 200 : 500, until: bothCancelled }));
     const failing = await createInstance(db, { webhook: { url: receiver.url('/fail') } });
     const answering = await createInstance(db, { webhook: { url: receiver.url('/ok') } });
     const failed = await recordRoutedEvent(db, failing.id);
     const delivered = await recordRoutedEvent(db, answering.id);
-    start(db);
+    start(db, { leaseMs: 20_000, egress: { timeoutMs: 10_000 } });
     await receiver.waitForRequests(2);
-    for (const inst of [failing, answering]) assert.equal(await db.transaction((trx) => cancelPendingDeliveries(trx, inst.id)), 1);
+    try {
+      for (const inst of [failing, answering]) assert.equal(await db.transaction((trx) => cancelPendingDeliveries(trx, inst.id)), 1);
+    } finally {
+      cancelled();
+    }
     await waitFor('both attempts counted', async () => (await deliveryOf(db, failed.id)).attempts === 1 && (await deliveryOf(db, delivered.id)).attempts === 1);
     const [a, b] = [await deliveryOf(db, failed.id), await deliveryOf(db, delivered.id)];
     assert.deepEqual([a.status, a.last_status_code, a.last_error], ['cancelled', 500, 'HTTP 500']);
@@ -446,13 +453,23 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
   });
 
   it('uses the current secret on every attempt (read fresh from the instance)', async () => {
-    receiver.respondWith((_r, i) => ({ status: i === 0 ? 500 : 200 }));
+    // The first attempt fails, but only once the secret has changed: the retry is claimed after
+    // that, however slowly the update ran.
+    let secretChanged!: () => void;
+    const changed = new Promise<void>((r) => (secretChanged = r));
+    receiver.respondWith((_r, i) => (i === 0 ? { status: 500, until: changed } : { status: 200 }));
     const inst = await createInstance(db, { webhook: { url: receiver.url() } });
     const event = await recordRoutedEvent(db, inst.id);
-    start(db, { schedule: [0, 300, 50, 50, 50, 50, 50, 50] });
+    start(db, { leaseMs: 20_000, egress: { timeoutMs: 10_000 } });
     await receiver.waitForRequests(1);
-    await db('instances').where({ id: inst.id }).update({ webhook_secret_sealed: crypto.seal('whsec_new') });
+    try {
+      await db('instances').where({ id: inst.id }).update({ webhook_secret_sealed: crypto.seal('whsec_new') });
+    } finally {
+      secretChanged();
+    }
     await waitForStatus(db, event.id, 'delivered');
+    assert.equal(receiver.requests.length, 2);
+    assert.ok(verifySignature(inst.secret, receiver.requests[0].headers['x-service-timestamp'], receiver.requests[0].rawBody, receiver.requests[0].headers['x-service-signature'], 300), 'the first attempt used the old secret');
     const second = receiver.requests[1];
     assert.ok(verifySignature('whsec_new', second.headers['x-service-timestamp'], second.rawBody, second.headers['x-service-signature'], 300));
   });

@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { createEgressClient, EgressError } from '../src/egress.ts';
 import { RecentValues } from '../src/recent-values.ts';
+import { waitFor } from './support.ts';
 
 const TLS_DIR = join(import.meta.dirname, '..', '..', '..', 'test', 'fixtures', 'tls');
 
@@ -44,7 +45,8 @@ describe('egress client (HTTPS)', function () {
     try {
       assert.deepEqual(await egress.post(`${url}/endless`, { 'content-type': 'application/json' }, '{}'), { statusCode: 200, retryAfterMs: undefined });
       assert.deepEqual(await egress.post(`${url}/small`, { 'content-type': 'application/json' }, '{}'), { statusCode: 200, retryAfterMs: undefined });
-      await new Promise((r) => setTimeout(r, 100));
+      // The server notices the hang-up on a later turn of the event loop: wait for it.
+      await waitFor('the endless response to be cut off by the client', () => closedEarly >= 1);
       assert.equal(closedEarly, 1, 'the endless response was cut off by the client');
     } finally {
       await egress.close();

@@ -49,7 +49,8 @@ describe('operator: informer', function () {
   it('resumes watches the API server ends at their timeout, from the last resourceVersion', async () => {
     const seen: string[] = [];
     await start(seen, { resyncMs: 60_000, watchTimeoutSeconds: () => 1 });
-    await new Promise((r) => setTimeout(r, 1300)); // the first watch has ended by now
+    // The first watch ends after 1 s: wait for the second one rather than guess when it starts.
+    await eventually(() => assert.ok(fake.requests.filter((r) => r === `GET ${path}?watch`).length >= 2, 'watched again'), 8000);
     await create('inst-late');
     await eventually(() => assert.ok(seen.includes('seen inst-late')));
     assert.ok(fake.requests.filter((r) => r === `GET ${path}?watch`).length >= 2, 'watched again');

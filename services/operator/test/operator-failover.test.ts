@@ -33,7 +33,7 @@ describe('operator: leader failover between replicas', function () {
     await t.close();
   });
 
-  async function replica(identity: string) {
+  async function replica(identity: string, leaseDurationMs = 1000) {
     const link = new LinkProxy(fake.url);
     const entry = { operator: undefined as unknown as Operator, link, lost: 0 };
     entry.operator = new Operator({
@@ -45,7 +45,7 @@ describe('operator: leader failover between replicas', function () {
       resyncMs: 1000, statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 300, informerRestartMinMs: 50,
       leaseName: LEASE,
       identity,
-      election: { leaseDurationMs: 1000, renewDeadlineMs: 600, renewIntervalMs: 150, retryIntervalMs: 100 },
+      election: { leaseDurationMs, renewDeadlineMs: 600, renewIntervalMs: 150, retryIntervalMs: 100 },
       onLostLeadership: () => void entry.lost++,
     });
     // Count leaders through the controller starts/stops the Operator drives.
@@ -74,7 +74,9 @@ describe('operator: leader failover between replicas', function () {
   it('runs the controller on the leader only, fails over when the leader is cut off, and hands over on a clean stop', async () => {
     const a = await replica('a');
     await eventually(() => assert.ok(a.operator.isLeader));
-    const b = await replica('b');
+    // b's own leases last 10 s: once b leads, nobody may take its lease before that unless b
+    // releases it (the clean stop below), however slow the machine.
+    const b = await replica('b', 10_000);
     await create('inst-before');
     await eventually(() => assert.ok(pod('inst-before')));
     await new Promise((r) => setTimeout(r, 300));
@@ -94,7 +96,7 @@ describe('operator: leader failover between replicas', function () {
     await b.operator.stop();
     assert.equal(b.lost, 0, 'a clean stop is not a loss of leadership');
     await eventually(() => assert.ok(c.operator.isLeader), 5000);
-    assert.ok(Date.now() - stoppedAt < 900, 'the released lease is taken before it would have expired');
+    assert.ok(Date.now() - stoppedAt < 5000, 'the released lease is taken before it would have expired (10 s)');
     await create('inst-after');
     await eventually(() => assert.ok(pod('inst-after')), 5000);
     assert.equal(maxLeaders, 1);
