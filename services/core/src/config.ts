@@ -139,7 +139,8 @@ class EnvReader {
     const v = this.raw(name);
     if (v === undefined) return undefined;
     const bytes = Buffer.from(v, 'base64');
-    if (bytes.length !== 32) return this.fail(name, 'must be 32 bytes encoded in base64 (try: openssl rand -base64 32)', undefined);
+    // Buffer.from skips characters that are not base64: only a canonical encoding is the key typed.
+    if (bytes.length !== 32 || bytes.toString('base64') !== v) return this.fail(name, 'must be 32 bytes encoded in base64 (try: openssl rand -base64 32)', undefined);
     return bytes;
   }
 

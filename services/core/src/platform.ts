@@ -10,6 +10,7 @@ import { Crypto, randomToken, TOKEN_PREFIXES } from './crypto.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { migrate, openDatabase, type Db } from './db/connect.ts';
 import { openBus } from './bus/index.ts';
+import { startStep } from './service-main.ts';
 import type { Bus } from './bus/types.ts';
 import { openMediaStore } from './media/open.ts';
 import type { MediaStore } from './media/types.ts';
@@ -42,13 +43,16 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   // A short key is the operator's choice (a laptop, a test rig); it is worth a warning, not a refusal.
   if (config.adminApiKey && config.adminApiKey.length < 16) log.warn('ADMIN_API_KEY is shorter than 16 characters; use a long random key outside development');
   const crypto = new Crypto(keys.encryptionKey);
-  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
   const closers: (() => Promise<unknown>)[] = [() => db.destroy()];
   try {
-    if (opts.migrate) await migrate(db);
-    const bus = await openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log });
+    const database = config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR';
+    if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
+    const bus = await startStep(config.natsUrl ? 'NATS_URL' : 'DATA_DIR', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
     closers.unshift(() => bus.close());
-    const media = await openMediaStore({ natsUrl: config.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, ttlMs: config.mediaRetentionMs });
+    const media = await startStep(config.natsUrl ? 'NATS_URL' : 'DATA_DIR', 'cannot open the media store', () =>
+      openMediaStore({ natsUrl: config.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, ttlMs: config.mediaRetentionMs }),
+    );
     closers.unshift(() => media.close());
     return {
       config,

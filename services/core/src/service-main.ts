@@ -3,6 +3,18 @@
 // one line saying what failed (never a stack trace on the console of an operator).
 import { ConfigError } from './config.ts';
 
+/**
+ * Runs one step of a start that depends on a configured variable, so its failure names that
+ * variable: "DATABASE_URL: cannot connect (connect ECONNREFUSED 127.0.0.1:1)".
+ */
+export async function startStep<T>(variable: string, what: string, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (err) {
+    throw new Error(`${variable}: ${what} (${err instanceof Error ? err.message : String(err)})`);
+  }
+}
+
 /** `start` returns the function that stops what it started. */
 export function runService(name: string, start: () => Promise<() => Promise<void>>, opts: { stopTimeoutMs?: number } = {}): void {
   start().then(

@@ -1,6 +1,9 @@
 // Configuration: defaults, every variable validated, and one clear line per bad variable.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
 
 describe('configuration', () => {
@@ -50,6 +53,14 @@ describe('configuration', () => {
     assert.equal(loadConfig({ ADMIN_API_KEY: 'admin' }).adminApiKey, 'admin');
   });
 
+  it('takes an ENCRYPTION_KEY only in canonical base64 (Buffer.from would skip stray characters)', () => {
+    const key = Buffer.alloc(32, 7).toString('base64');
+    assert.equal(loadConfig({ ENCRYPTION_KEY: key }).encryptionKey!.length, 32);
+    for (const bad of [`${key}!!!`, key.replace(/=$/, ''), key.replace(/^B/, '-')]) {
+      assert.throws(() => loadConfig({ ENCRYPTION_KEY: bad }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('ENCRYPTION_KEY: '));
+    }
+  });
+
   it('lists one line per bad variable, naming it', () => {
     try {
       loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x' });
@@ -71,5 +82,29 @@ describe('configuration', () => {
     assert.equal(run.status, 2);
     assert.match(run.stderr, /configuration error: PORT: /);
     assert.match(run.stderr, /configuration error: RATE_LIMIT_PER_MINUTE: /);
+  });
+
+  it('names the variable when a start step fails: the database, the bus, the listen address', function () {
+    this.timeout(60_000);
+    const cases: [Record<string, string>, RegExp][] = [
+      [{ DATABASE_URL: 'postgres://127.0.0.1:1/none' }, /^Switchboard failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/m],
+      [{ NATS_URL: 'nats://127.0.0.1:1' }, /^Switchboard failed to start: NATS_URL: cannot open the bus/m],
+      [{ HOST: 'no-such-host.invalid' }, /^Switchboard failed to start: HOST\/PORT: cannot listen on no-such-host.invalid:/m],
+    ];
+    for (const [env, expected] of cases) {
+      const dataDir = mkdtempSync(join(tmpdir(), 'sb-start-'));
+      try {
+        const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/server/src/main.ts'], {
+          env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn', ...env },
+          encoding: 'utf8',
+          timeout: 25_000,
+        });
+        assert.equal(run.status, 1, `${JSON.stringify(env)}: ${run.stderr}`);
+        assert.match(run.stderr, expected);
+        assert.doesNotMatch(run.stdout + run.stderr, /^\s+at /m, 'no stack trace');
+      } finally {
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+    }
   });
 });

@@ -4,7 +4,7 @@
 // Besides the shared variables (DESIGN §4) it reads optional tuning variables, mainly for tests:
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
 // DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY.
-import { ConfigError, runService, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 
 const TUNING: Record<string, keyof DispatcherOptions> = {
@@ -40,9 +40,9 @@ async function start(): Promise<() => Promise<void>> {
 
   const telemetry = await startTelemetry({ serviceName: 'switchboard-dispatcher' });
   const log = createLogger({ level: config.logLevel, name: 'dispatcher' });
-  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-  await migrate(db);
-  const bus = await openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log });
+  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
+  const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
   const metrics = createMetrics({ db, bus }); // served on HEALTH_PORT at /metrics
   const dispatcher = await startDispatcher({ db, bus, crypto: new Crypto(config.encryptionKey!), config, log, metrics, ...tuning });
   const healthPort = healthPortFrom(process.env);

@@ -10,7 +10,8 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
   server.headersTimeout = 30_000;
   server.on('clientError', answerUnparsableRequest);
   return new Promise((resolve, reject) => {
-    server.once('error', reject);
+    // A start that cannot listen names what to change (DESIGN §4: one line naming the variable).
+    server.once('error', (err) => reject(new Error(`HOST/PORT: cannot listen on ${host}:${port} (${err.message})`)));
     server.listen(port, host, () => {
       const address = server.address();
       const bound = typeof address === 'object' && address ? address.port : port;

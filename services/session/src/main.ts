@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { Crypto, ConfigError, runService, createLogger, loadConfig, openDatabase, openMediaStore, OutboxRelay, startTelemetry, type Config } from '@switchboard/core';
+import { Crypto, ConfigError, runService, startStep, createLogger, loadConfig, openDatabase, openMediaStore, OutboxRelay, startTelemetry, type Config } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { recordConnectionState } from './connection-state.ts';
 import { driverFactoryFor } from './drivers.ts';
@@ -53,14 +53,14 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   const { config, instanceId } = cfg;
   const log = createLogger({ level: config.logLevel, name: 'session' }).child({ instanceId });
   const crypto = new Crypto(cfg.encryptionKey);
-  const db = openDatabase({ databaseUrl: cfg.databaseUrl, dataDir: config.dataDir, poolMax: 5 });
-  const row = await db('instances').where({ id: instanceId }).first('id');
+  const db = openDatabase({ databaseUrl: cfg.databaseUrl, dataDir: config.dataDir, poolMax: 5, log });
+  const row = await startStep('DATABASE_URL', 'cannot read the database', () => db('instances').where({ id: instanceId }).first('id'));
   if (!row) {
     await db.destroy();
     throw new ConfigError([`INSTANCE_ID: instance ${instanceId} does not exist in the database`]);
   }
-  const bus = await openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log });
-  const mediaStore = await openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto });
+  const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log }));
+  const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto }));
   const relay = new OutboxRelay(db, bus, log);
   relay.start();
   const runtime = new LocalSessionRuntime({

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
 import { migrationSource } from './migrations/index.ts';
+import type { Logger } from '../logger.ts';
 
 export type Db = Knex;
 
@@ -12,6 +13,15 @@ export interface DatabaseOptions {
   databaseUrl?: string;
   dataDir: string;
   poolMax?: number;
+  /** Where knex's own messages go (at debug level, first line only). */
+  log?: Logger;
+}
+
+/** knex prints connection errors with their stack on the console by itself; the caller already
+ *  gets the error (a start names the variable, a request answers 503), so keep them to debug. */
+function knexLog(log: Logger | undefined): Knex.Config['log'] {
+  const debug = (message: unknown) => log?.debug({ knex: String(message).split('\n')[0] }, 'knex');
+  return { warn: debug, error: debug, deprecate: debug, debug };
 }
 
 // knex-pglite derives the result kind from knex's method name, so `.del()` ("DEL") and
@@ -32,11 +42,12 @@ export function openDatabase(opts: DatabaseOptions): Db {
       // load (most connections sat in COMMIT); still far below PostgreSQL's default 100.
       pool: { min: 0, max: opts.poolMax ?? 20 },
       acquireConnectionTimeout: 10_000,
+      log: knexLog(opts.log),
     });
   }
   const dir = join(opts.dataDir, 'pgdata');
   mkdirSync(dir, { recursive: true });
-  return knexFactory({ client: PgliteClient as any, dialect: 'postgres', connection: { filename: dir } } as Knex.Config);
+  return knexFactory({ client: PgliteClient as any, dialect: 'postgres', connection: { filename: dir }, log: knexLog(opts.log) } as Knex.Config);
 }
 
 export async function migrate(db: Db): Promise<void> {
