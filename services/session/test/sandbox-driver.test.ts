@@ -85,6 +85,9 @@ describe('sandbox driver rules', () => {
     await driver.sandbox('scan', { phone: '5511911112222' });
     await driver.send({ messengerId: 'V1', to: { kind: 'phone', phone: '5511955556666' }, type: 'audio', ptt: true, mimetype: 'audio/ogg', media: new Uint8Array([1]) });
     await until(() => listener.receipts.some((r) => r.messengerId === 'V1' && r.status === 'played'), 'played');
+    // Without the protection such a group is like any other destination (DESIGN §6: "anything else").
+    await driver.send({ messengerId: 'G0', to: { kind: 'group', groupId: '120363000000000003' }, type: 'text', text: 'x' });
+    await until(() => listener.receipts.some((r) => r.messengerId === 'G0' && r.status === 'read'), 'read in the unprotected group');
     settings = { ...defaultSettings(), protectAnnouncementGroups: true };
     await assert.rejects(
       driver.send({ messengerId: 'G1', to: { kind: 'group', groupId: '120363000000000003' }, type: 'text', text: 'x' }),

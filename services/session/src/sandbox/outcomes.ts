@@ -6,7 +6,7 @@ export type SendOutcome =
   | { kind: 'rejected' } // 0000: the network refuses it (message.failed)
   | { kind: 'connection_drop' } // 0001: the connection drops mid-send (message.uncertain)
   | { kind: 'delivered_only' } // 0002: delivered, never read
-  | { kind: 'announcement_group' } // 0003 on a group: announcement-only group, we are not admin
+  | { kind: 'announcement_group' } // 0003 on a group: announcement-only group, we are not admin (refused only with protectAnnouncementGroups)
   | { kind: 'not_on_network' } // 0004: no such account (message.failed, not_on_network)
   | { kind: 'normal' };
 
@@ -37,7 +37,6 @@ export function outcomeFor(to: Destination): SendOutcome {
 /** Receipts the network sends after accepting a message, in order. */
 export function receiptsFor(outcome: SendOutcome, voiceNote: boolean): DeliveryStatus[] {
   if (outcome.kind === 'delivered_only') return ['sent', 'delivered'];
-  if (outcome.kind === 'announcement_group') return ['sent'];
   return voiceNote ? ['sent', 'delivered', 'read', 'played'] : ['sent', 'delivered', 'read'];
 }
 
