@@ -235,7 +235,7 @@ const CONNECTED_MESSAGES: Record<string, string> = {
   starting: 'The session is starting.',
   awaiting_scan: 'Waiting for the QR code to be scanned or a pairing code to be entered.',
   reconnecting: 'The connection dropped; the session is reconnecting.',
-  logged_out: 'Logged out from the phone; reset the instance and pair it again.',
+  logged_out: 'Logged out from the phone; connect (or reset) the instance and pair it again.',
 };
 
 /** A reset is pending while spec.resetRequestedAt is newer than status.lastResetAt. */
