@@ -20,6 +20,14 @@ export interface SessionPodSettings {
 }
 
 const DEFAULT_COMMAND = ['node', '--import', 'tsx', 'services/session/src/main.ts'];
+/** The session's HEALTH_PORT: /health (liveness) and /ready (database and bus). */
+const HEALTH_PORT = 8080;
+const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
+  httpGet: { path, port: 'http' },
+  periodSeconds,
+  timeoutSeconds: 3,
+  failureThreshold,
+});
 
 export function sessionPod(instance: Instance, settings: SessionPodSettings): V1Pod {
   const id = instance.metadata.name;
@@ -35,7 +43,15 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
         image: settings.image,
         imagePullPolicy: settings.imagePullPolicy,
         command: settings.command ?? DEFAULT_COMMAND,
-        env: [{ name: 'INSTANCE_ID', value: id }],
+        env: [
+          { name: 'INSTANCE_ID', value: id },
+          { name: 'HEALTH_PORT', value: String(HEALTH_PORT) },
+        ],
+        ports: [{ name: 'http', containerPort: HEALTH_PORT }],
+        // A wedged session is restarted; a slow start (database, bus, lock) gets two minutes.
+        startupProbe: probe('/health', 2, 60),
+        livenessProbe: probe('/health', 10, 3),
+        readinessProbe: probe('/ready', 10, 2),
         envFrom: [
           ...(settings.envConfigMapName ? [{ configMapRef: { name: settings.envConfigMapName } }] : []),
           ...(settings.envSecretName ? [{ secretRef: { name: settings.envSecretName } }] : []),

@@ -193,6 +193,12 @@ describe('chart, CRDs and examples', function () {
   it('renders session pods the API server would accept', () => {
     const pod = sessionPod({ metadata: { name: 'inst-1', namespace: 'switchboard', uid: 'u-1' }, spec: { displayName: 'One' } }, { image: 'img:1', envSecretName: 's', envConfigMapName: 'c', serviceAccountName: 'sb-session' });
     assert.deepEqual(validate(pod as Obj), []);
+    // Probes reach the session's health server: the named port is the HEALTH_PORT it is given.
+    const container = pod.spec!.containers[0];
+    const healthPort = container.ports!.find((p) => p.name === 'http')!.containerPort;
+    assert.equal(container.env!.find((e) => e.name === 'HEALTH_PORT')!.value, String(healthPort));
+    const probes = [container.startupProbe, container.livenessProbe, container.readinessProbe].map((p) => `${p!.httpGet!.path}@${p!.httpGet!.port}`);
+    assert.deepEqual(probes, ['/health@http', '/health@http', '/ready@http']);
     const typo = structuredClone(pod) as Obj;
     typo.spec.containers[0].livenesProbe = typo.spec.containers[0].livenessProbe;
     typo.spec.containers[0].resources.requests.memory = 'lots';

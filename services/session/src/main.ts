@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { Crypto, ConfigError, runService, startStep, createLogger, loadConfig, openDatabase, openMediaStore, OutboxRelay, startTelemetry, type Config } from '@switchboard/core';
+import { Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, startHealthServer, startTelemetry, type Config } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { recordConnectionState } from './connection-state.ts';
 import { driverFactoryFor } from './drivers.ts';
@@ -18,6 +18,8 @@ interface SessionProcessConfig {
   encryptionKey: Buffer;
   ackWaitMs: number;
   lockRetryMs: number;
+  /** HEALTH_PORT: /health and /ready for the pod's probes (none when unset). */
+  healthPort?: number;
 }
 
 /** Validates the environment; throws ConfigError naming every bad variable. */
@@ -30,6 +32,12 @@ export function loadSessionConfig(env: Record<string, string | undefined> = proc
   if (!config.encryptionKey) missing.push('ENCRYPTION_KEY: required for a session process');
   const ackWaitMs = optionalInt(env, 'SESSION_COMMAND_ACK_WAIT_MS', 30_000, missing);
   const lockRetryMs = optionalInt(env, 'SESSION_LOCK_RETRY_MS', 2000, missing);
+  let healthPort: number | undefined;
+  try {
+    healthPort = healthPortFrom(env);
+  } catch (err) {
+    missing.push((err as Error).message);
+  }
   if (missing.length) throw new ConfigError(missing);
   return {
     config,
@@ -39,6 +47,7 @@ export function loadSessionConfig(env: Record<string, string | undefined> = proc
     encryptionKey: config.encryptionKey!,
     ackWaitMs,
     lockRetryMs,
+    healthPort,
   };
 }
 
@@ -61,6 +70,12 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   }
   const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log }));
   const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto }));
+  // Liveness is the event loop answering; readiness adds the database and the bus. A network
+  // outage (WhatsApp unreachable) is neither: the session reconnects by itself.
+  const health = cfg.healthPort === undefined ? undefined : startHealthServer(cfg.healthPort, async () => {
+    await db.raw('select 1');
+    await bus.pending('commands', '__ready_probe__');
+  });
   const relay = new OutboxRelay(db, bus, log);
   relay.start();
   const runtime = new LocalSessionRuntime({
@@ -79,6 +94,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   log.info({ resumed }, resumed ? 'session: started' : 'session: instance is paused, waiting for start');
 
   return async function shutdown() {
+    await health?.close();
     await rpc.stop();
     const wasRunning = runtime.worker(instanceId) !== undefined;
     await runtime.close();

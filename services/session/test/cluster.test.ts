@@ -2,9 +2,14 @@
 // gateway's RemoteSessionRuntime, and the session process (main.ts) configuration check.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { Problem } from '@switchboard/core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, Problem } from '@switchboard/core';
+import { freePort } from '../../../test/support/server.ts';
+import { NATS_URL } from '../../../test/support/services.ts';
 import { startExpirySweeper } from '../src/expiry-sweeper.ts';
-import { loadSessionConfig } from '../src/main.ts';
+import { loadSessionConfig, runSessionProcess } from '../src/main.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
 import { serveSessionRpc } from '../src/rpc-server.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
@@ -77,11 +82,33 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       await host.close();
     }
   });
+
+  it('the session process serves /health and /ready on HEALTH_PORT (the pod probes), until it stops', async () => {
+    const instanceId = await env.createInstance();
+    const port = await freePort();
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-health-'));
+    const cfg = loadSessionConfig({
+      INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
+      ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, HEALTH_PORT: String(port), LOG_LEVEL: 'error',
+    });
+    const shutdown = await runSessionProcess(cfg);
+    try {
+      assert.deepEqual(await (await fetch(`http://127.0.0.1:${port}/health`)).json(), { status: 'ok' });
+      const ready = await fetch(`http://127.0.0.1:${port}/ready`);
+      assert.equal(ready.status, 200);
+      assert.equal((await ready.json()).status, 'ready');
+    } finally {
+      await shutdown();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+    await assert.rejects(fetch(`http://127.0.0.1:${port}/health`), 'the port closes with the process');
+  });
 });
 
 describe('session process configuration', () => {
   it('names each missing variable', () => {
     assert.throws(() => loadSessionConfig({}), (e: any) => /INSTANCE_ID/.test(e.message) && /DATABASE_URL/.test(e.message) && /NATS_URL/.test(e.message));
+    assert.throws(() => loadSessionConfig({ HEALTH_PORT: 'eighty' }), (e: unknown) => e instanceof ConfigError && e.problems.some((p) => p.startsWith('HEALTH_PORT: ')));
   });
 
   it('exits non-zero with one clear line on bad configuration', () => {
