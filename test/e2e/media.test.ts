@@ -122,6 +122,17 @@ describe('media end to end', function () {
     assert.equal((await t.client(inst.apiToken).get(`/api/instances/${inst.id}/media/med_absent`)).status, 404);
   });
 
+  it('serves media whose sender gave a mimetype no header can carry as plain bytes, not a 500', async () => {
+    const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'document', mediaBase64: mediaFixtures.pdf.base64(), mimetype: 'application/p€f', fileName: 'odd.pdf' });
+    const record = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === inbound.body.messageId));
+    const res = await fetch(t.url + new URL(record.media.url).pathname, { headers: { authorization: `Bearer ${inst.apiToken}` } });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'application/octet-stream');
+    assert.ok(Buffer.from(await res.arrayBuffer()).equals(Buffer.from(mediaFixtures.pdf.base64(), 'base64')));
+    const quoted = await t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'document', base64: mediaFixtures.pdf.base64(), mimetype: 'application/pdf; name="€"' });
+    assert.equal(quoted.status, 400, 'an API mimetype must be header-safe');
+  });
+
   it('announces failed downloads and view-once media without archiving them', async () => {
     const failed = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'image', mimetype: 'image/jpeg', mediaUnavailable: true });
     const once = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'image', mediaBase64: mediaFixtures.jpg.base64(), mimetype: 'image/jpeg', viewOnce: true });

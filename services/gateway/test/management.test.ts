@@ -311,6 +311,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem(await t.admin.get('/api/stats?from=yesterday'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-02-30'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-01-01garbage'), 400);
+        assertProblem(await t.admin.get('/api/stats?from=2020-01-01&to=9999-12-31'), 400);
+        assertProblem(await t.admin.get('/api/stats?from=0000-01-01'), 400);
+        assert.equal((await t.admin.get('/api/stats?from=0001-01-01&to=9998-12-31')).status, 200, 'the widest range PostgreSQL takes');
         assert.equal((await t.admin.get('/api/stats?from=2020-01-01T00:00:00Z&to=2020-01-31')).body.from, '2020-01-01');
         assertProblem(await t.admin.get('/api/stats?from=2020-03-01&to=2020-01-01'), 400);
         const wide = await t.admin.get('/api/stats?from=2000-01-01&to=2100-12-31');

@@ -52,4 +52,13 @@ describe('SendItemWriter (PostgreSQL)', () => {
     const written = await db('send_items').whereIn('id', batch.map((i) => i.id)).pluck('id');
     assert.deepEqual(new Set(written), new Set([batch[0].id, batch[2].id, batch[5].id]));
   });
+
+  it('fails only the item the database refuses for any other reason: the rest of its batch is written', async () => {
+    const writer = new SendItemWriter(db);
+    const batch = [item('inst-b'), { ...item('inst-b'), phone: `${'1'.repeat(80)}@lid` }, item('inst-b')];
+    const results = await Promise.allSettled(batch.map((i) => writer.write(i)));
+    assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+    const written = await db('send_items').whereIn('id', batch.map((i) => i.id)).pluck('id');
+    assert.deepEqual(new Set(written), new Set([batch[0].id, batch[2].id]));
+  });
 });

@@ -9,7 +9,7 @@ export type MediaMessageType = 'image' | 'video' | 'audio' | 'document' | 'stick
 
 // RFC 6838 type/subtype names, optionally followed by parameters (e.g. "audio/ogg; codecs=opus").
 const TOKEN = "[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}";
-const MIME = new RegExp(`^(${TOKEN})/(${TOKEN})(\\s*;\\s*[A-Za-z0-9!#$&^_.+-]+=("[^"\\\\\\r\\n]*"|[A-Za-z0-9!#$&^_.+-]+))*$`);
+const MIME = new RegExp(`^(${TOKEN})/(${TOKEN})(\\s*;\\s*[A-Za-z0-9!#$&^_.+-]+=("[ !#-\\[\\]-~]*"|[A-Za-z0-9!#$&^_.+-]+))*$`);
 
 /**
  * Returns a 400 Problem (errors [{path: 'mimetype'}]) when the mimetype does not suit the message

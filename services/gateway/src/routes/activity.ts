@@ -76,7 +76,7 @@ export const activityRoutes = [
       return {
         body: Buffer.from(bytes),
         headers: {
-          'Content-Type': record.mimetype,
+          'Content-Type': headerSafeMimetype(record.mimetype),
           'Content-Length': String(bytes.byteLength),
           'Content-Disposition': contentDisposition(fileName),
           'Cache-Control': 'private, no-store',
@@ -116,4 +116,10 @@ const EXTENSIONS: Record<string, string> = {
 
 function extensionFor(mimetype: string): string {
   return EXTENSIONS[mimetype.split(';')[0].trim()] ?? '';
+}
+
+/** A stored mimetype came from a sender (any WhatsApp contact, or an API client's quoted
+ *  parameter): one a header cannot carry is served as plain bytes instead of failing the download. */
+function headerSafeMimetype(mimetype: string): string {
+  return /^[\x20-\x7e]{1,255}$/.test(mimetype) ? mimetype : 'application/octet-stream';
 }

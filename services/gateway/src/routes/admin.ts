@@ -13,6 +13,9 @@ function parseDay(value: string | undefined, field: string): Date | undefined {
   if (Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== value.slice(0, 10)) {
     throw problems.validation([{ path: field, message: 'must be a valid date such as 2026-01-31' }]);
   }
+  // Years 1–9998: the day after `to` must still be a date PostgreSQL takes (0000 and 10000 are not).
+  const year = d.getUTCFullYear();
+  if (year < 1 || year > 9998) throw problems.validation([{ path: field, message: 'must be a date between 0001-01-01 and 9998-12-31' }]);
   return d;
 }
 

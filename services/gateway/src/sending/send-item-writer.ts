@@ -27,34 +27,34 @@ export interface NewSendItem {
  *  `instance_gone`: the instance was deleted meanwhile. */
 export type WriteResult = 'queued' | 'key_in_use' | 'queue_full' | 'instance_gone';
 
-/** A statement refused for one item's sake: its batch is written again one item at a time. */
-const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone', '40P01': undefined };
+/** What a lone item's refusal means for its request (anything else fails the request). */
+const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone' };
 const MAX_BATCH = 64;
 
 export class SendItemWriter {
-  private readonly writer: CallBatcher<NewSendItem, WriteResult>;
+  /** An Error is the refusal of that one item (its request fails; its batch-mates do not). */
+  private readonly writer: CallBatcher<NewSendItem, WriteResult | Error>;
 
   constructor(private readonly db: Db) {
     this.writer = new CallBatcher((items) => this.writeBatch(items), MAX_BATCH, batchGatherMs(db));
   }
 
-  write(item: NewSendItem): Promise<WriteResult> {
-    return this.writer.submit(item);
+  async write(item: NewSendItem): Promise<WriteResult> {
+    const result = await this.writer.submit(item);
+    if (result instanceof Error) throw result;
+    return result;
   }
 
-  private async writeBatch(items: NewSendItem[]): Promise<WriteResult[]> {
+  /** A batch holds many clients' requests: whatever refuses it, each item is then written alone,
+   *  so one bad item (or one full queue) fails only its own request. */
+  private async writeBatch(items: NewSendItem[]): Promise<(WriteResult | Error)[]> {
     try {
       return await this.insert(items);
     } catch (err) {
-      const state = sqlState(err) ?? '';
-      if (!(state in SINGLE_ITEM_FAULTS)) throw err;
-      if (items.length === 1) {
-        const result = SINGLE_ITEM_FAULTS[state];
-        if (!result) throw err; // a deadlock of a lone item: the request fails, nothing was written
-        return [result];
-      }
+      // A lone item's other refusals (e.g. a deadlock) fail its request; nothing was written.
+      if (items.length === 1) return [SINGLE_ITEM_FAULTS[sqlState(err) ?? ''] ?? (err instanceof Error ? err : new Error(String(err)))];
     }
-    const results: WriteResult[] = [];
+    const results: (WriteResult | Error)[] = [];
     for (const item of items) results.push(...(await this.writeBatch([item])));
     return results;
   }
