@@ -393,6 +393,15 @@ describe('rate limit, origin and proxy handling', function () {
         assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': ip })).status, 200);
         assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': ip }), 429);
       }
+      // The proxy appends the address it saw: entries before it are the client's to invent.
+      for (const invented of ['203.0.113.1', '203.0.113.2']) {
+        assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': `${invented}, 198.51.100.1` }), 429);
+      }
+      // IPv6 clients are counted per /64: another address of the same subscriber shares the count.
+      assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:db8:7:1::a' })).status, 200);
+      assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:db8:7:1:ffff::b' })).status, 200);
+      assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:0db8:0007:0001::c' }), 429);
+      assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:db8:7:2::a' })).status, 200, 'another /64');
     } finally {
       await t3.stop();
     }

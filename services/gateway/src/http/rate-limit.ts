@@ -1,5 +1,8 @@
 // Per-client-IP sliding-window limit (DESIGN §5): no IP gets more than `limit` requests in any
-// 60-second window. Each IP keeps the timestamps of its recent requests in a ring buffer.
+// 60-second window. Each IP keeps the timestamps of its recent requests in a ring buffer that
+// grows with use, so a flood of one-off addresses costs little memory. IPv6 clients are counted
+// per /64, the block one subscriber gets: rotating addresses inside it does not reset the count.
+import { isIPv6 } from 'node:net';
 import type { Context, Next } from 'koa';
 import { Problem } from '@switchboard/core';
 import { PROBE_PATHS } from './probe-paths.ts';
@@ -7,22 +10,21 @@ import { PROBE_PATHS } from './probe-paths.ts';
 const WINDOW_MS = 60_000;
 
 class SlidingWindow {
-  private readonly stamps: Float64Array;
+  private stamps = new Float64Array(4);
   private head = 0; // index of the oldest entry
   private size = 0;
 
-  constructor(private readonly limit: number) {
-    this.stamps = new Float64Array(limit);
-  }
+  constructor(private readonly limit: number) {}
 
   /** Records a request at `now` if allowed; returns the remaining count or -1 when refused. */
   take(now: number): number {
     while (this.size > 0 && this.stamps[this.head] <= now - WINDOW_MS) {
-      this.head = (this.head + 1) % this.limit;
+      this.head = (this.head + 1) % this.stamps.length;
       this.size--;
     }
     if (this.size >= this.limit) return -1;
-    this.stamps[(this.head + this.size) % this.limit] = now;
+    if (this.size === this.stamps.length) this.grow();
+    this.stamps[(this.head + this.size) % this.stamps.length] = now;
     this.size++;
     return this.limit - this.size;
   }
@@ -33,7 +35,15 @@ class SlidingWindow {
   }
 
   idleSince(now: number): boolean {
-    return this.size === 0 || this.stamps[(this.head + this.size - 1) % this.limit] <= now - WINDOW_MS;
+    return this.size === 0 || this.stamps[(this.head + this.size - 1) % this.stamps.length] <= now - WINDOW_MS;
+  }
+
+  /** Doubles the ring (up to the limit), oldest entry first. */
+  private grow(): void {
+    const bigger = new Float64Array(Math.min(this.limit, this.stamps.length * 2));
+    for (let i = 0; i < this.size; i++) bigger[i] = this.stamps[(this.head + i) % this.stamps.length];
+    this.stamps = bigger;
+    this.head = 0;
   }
 }
 
@@ -49,7 +59,7 @@ export function rateLimiter(opts: { limit: number; trustProxy: boolean; now?: ()
       for (const [ip, w] of windows) if (w.idleSince(t)) windows.delete(ip);
       lastSweep = t;
     }
-    const ip = clientIp(ctx, opts.trustProxy);
+    const ip = limitKey(clientIp(ctx, opts.trustProxy));
     let window = windows.get(ip);
     if (!window) windows.set(ip, (window = new SlidingWindow(opts.limit)));
     const remaining = window.take(t);
@@ -66,11 +76,27 @@ export function rateLimiter(opts: { limit: number; trustProxy: boolean; now?: ()
   };
 }
 
-/** The connecting IP, or the first X-Forwarded-For hop when a trusted proxy is in front. */
+/**
+ * The connecting IP or, behind a trusted proxy, the address that proxy saw: the last
+ * X-Forwarded-For entry, the one it appended. Earlier entries are whatever the client sent, so
+ * counting by them would let a client pick a fresh address for every request.
+ */
 export function clientIp(ctx: Context, trustProxy: boolean): string {
   if (trustProxy) {
-    const forwarded = ctx.get('x-forwarded-for').split(',')[0]?.trim();
+    const forwarded = ctx.get('x-forwarded-for').split(',').at(-1)?.trim();
     if (forwarded) return forwarded;
   }
   return ctx.req.socket.remoteAddress ?? 'unknown';
+}
+
+/** The key an address is counted under: IPv4 as is (also when IPv4-mapped), IPv6 by its /64. */
+export function limitKey(ip: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return mapped[1];
+  if (!isIPv6(ip)) return ip;
+  const [left, right = ''] = ip.toLowerCase().split('::');
+  const head = left ? left.split(':') : [];
+  const tail = right ? right.split(':') : [];
+  const groups = ip.includes('::') ? [...head, ...Array(8 - head.length - tail.length).fill('0'), ...tail] : head;
+  return `${groups.slice(0, 4).map((g) => g.replace(/^0+(?=.)/, '')).join(':')}::/64`;
 }
