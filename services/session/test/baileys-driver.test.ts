@@ -32,6 +32,7 @@ import {
 } from '@switchboard/core';
 import { createTestDatabase } from '../../../test/support/services.ts';
 import { createBaileysDriver, type BaileysDriverOptions } from '../src/drivers/baileys/index.ts';
+import { isWhatsAppMediaUrl } from '../src/drivers/baileys/media-download.ts';
 import { backoffDelay, closeAction } from '../src/drivers/baileys/close-policy.ts';
 import { StandInNetwork, type StandInSocket } from '../src/drivers/baileys/stand-in-socket.ts';
 import { MemoryAuthStore, RecordingListener, until } from './driver-contract.ts';
@@ -94,6 +95,7 @@ function rig(opts: Partial<BaileysDriverOptions> = {}, ctx: Pick<DriverContext, 
     log,
     socketFactory: network.factory,
     backoff: { baseMs: 5, maxMs: 40, jitter: 0.2 },
+    mediaUrlAllowed: (url) => url.hostname === '127.0.0.1', // the tests' stand-in media server
     ...opts,
   })({ instanceId: INSTANCE, auth, listener, isOwnSend: async (id) => ownSends.has(id), settings: () => settings, ...ctx });
   const r = { network, auth, listener, driver, settings, ownSends, sock: () => network.current };
@@ -716,6 +718,25 @@ describe('baileys driver: receiving', () => {
       const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: { ...(await encryptedImage('/x', randomBytes(10))), url: `${server.url}/expired?token=SECRET` } } }));
       await assert.rejects(m!.media!.download(), (err: Error) => /media unavailable/.test(err.message) && !err.message.includes('SECRET'));
       assert.equal(r.network.reuploads, 1);
+    });
+
+    it("fetches media only from WhatsApp's media hosts by default: a sender's URL to anywhere else is never requested", async () => {
+      const r = await connectedRig({ mediaUrlAllowed: undefined });
+      const requested: string[] = [];
+      const internal = await mediaServer((path) => void requested.push(path));
+      try {
+        const image = await encryptedImage('/elsewhere', randomBytes(10));
+        r.network.reupload = async (message) => message; // the phone sends the same link again
+        const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: { ...image, url: `${internal.url}/elsewhere` } } }));
+        await assert.rejects(m!.media!.download(), /not on a WhatsApp media host/);
+        assert.deepEqual(requested, []);
+      } finally {
+        await internal.close();
+      }
+      assert.ok(isWhatsAppMediaUrl(new URL('https://mmg.whatsapp.net/v/t62/abc?ccb=1')));
+      for (const url of ['http://mmg.whatsapp.net/x', 'https://mmg.whatsapp.net:8443/x', 'https://169.254.169.254/latest', 'https://whatsapp.net.evil.example/x', 'https://evilwhatsapp.net/x']) {
+        assert.ok(!isWhatsAppMediaUrl(new URL(url)), url);
+      }
     });
 
     it('gives up on a download that stalls', async () => {

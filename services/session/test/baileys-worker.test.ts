@@ -35,7 +35,7 @@ describe('baileys driver in the session worker', function () {
   });
   beforeEach(async () => {
     network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 2_000 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 2_000, mediaUrlAllowed: (url) => url.hostname === '127.0.0.1' });
     runtime = env.runtime({ driverFactory });
     instanceId = await env.createInstance();
   });

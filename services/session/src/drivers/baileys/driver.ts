@@ -55,6 +55,8 @@ export interface BaileysDriverOptions {
   mediaUploadTimeoutMs?: number;
   mediaDownloadTimeoutMs?: number;
   maxMediaBytes?: number;
+  /** Which media URLs may be fetched: WhatsApp's media hosts unless a test serves its own. */
+  mediaUrlAllowed?: (url: URL) => boolean;
   /**
    * Asked after close 440 (another socket took over the account). Reconnect only when this says
    * we still hold the owner lock. Defaults to DriverContext.stillOwner (the session worker's lock);
@@ -379,6 +381,7 @@ export class BaileysDriver implements NetworkDriver {
           timeoutMs: this.opts.mediaDownloadTimeoutMs ?? 25_000,
           maxBytes: this.opts.maxMediaBytes ?? 100 * 1024 * 1024,
           reupload: (m) => sock.updateMediaMessage(m),
+          urlAllowed: this.opts.mediaUrlAllowed,
         }),
     };
   }

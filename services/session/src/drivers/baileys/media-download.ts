@@ -24,6 +24,14 @@ export interface MediaDownloadOptions {
   maxBytes: number;
   /** Re-upload request (the socket's updateMediaMessage). */
   reupload(message: WAMessage): Promise<WAMessage>;
+  /** Which URLs may be fetched (default: WhatsApp's media hosts). The URL comes from the sender's
+   *  message, so without this any contact could make the session request internal addresses. */
+  urlAllowed?: (url: URL) => boolean;
+}
+
+/** WhatsApp's media CDN: HTTPS on port 443 of a whatsapp.net host. */
+export function isWhatsAppMediaUrl(url: URL): boolean {
+  return url.protocol === 'https:' && url.port === '' && (url.hostname === 'whatsapp.net' || url.hostname.endsWith('.whatsapp.net'));
 }
 
 export class MediaDownloadError extends Error {
@@ -76,9 +84,12 @@ async function downloadOnce(message: WAMessage, opts: MediaDownloadOptions): Pro
 
 /** Reads the whole response body as a stream, aborting at the deadline or past maxBytes. */
 async function fetchBody(url: string, opts: MediaDownloadOptions): Promise<Buffer> {
+  const parsed = URL.canParse(url) ? new URL(url) : undefined;
+  if (!parsed || !(opts.urlAllowed ?? isWhatsAppMediaUrl)(parsed)) throw new MediaDownloadError('the media URL is not on a WhatsApp media host');
   const signal = AbortSignal.timeout(opts.timeoutMs);
   try {
-    const res = await fetch(url, { headers: { Origin: DEFAULT_ORIGIN }, signal });
+    // No redirects: the host check above must hold for the address actually fetched.
+    const res = await fetch(parsed, { headers: { Origin: DEFAULT_ORIGIN }, signal, redirect: 'error' });
     if (!res.ok || !res.body) {
       await res.body?.cancel().catch(() => {});
       throw new MediaDownloadError(`HTTP ${res.status}`);
