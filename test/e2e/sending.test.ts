@@ -140,6 +140,8 @@ for (const mode of modes) {
         [{ phone: '+5511988887777', type: 'text', text: 'x' }, 400],
         [{ phone: '1234567', type: 'text', text: 'x' }, 400],
         [{ phone: `${'1'.repeat(80)}@lid`, type: 'text', text: 'x' }, 400],
+        [{ phone: '5511988887777', type: 'text', text: 'x', ...Object.fromEntries(Array.from({ length: 10_001 }, (_, i) => [`k${i}`, 0])) }, 400],
+        [{ phone: '5511988887777', type: 'text', text: 'x', padding: Array(10_001).fill(0) }, 400],
         [{ phone: `${'1'.repeat(80)}-group`, type: 'text', text: 'x' }, 400],
         [{ phone: `${'1'.repeat(40)}-${'2'.repeat(40)}@g.us`, type: 'text', text: 'x' }, 400],
         [{ phone: '5511988887777', type: 'poll', text: 'x' }, 400],

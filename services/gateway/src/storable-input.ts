@@ -7,6 +7,9 @@ const MESSAGE = 'must not contain NUL characters or unpaired UTF-16 surrogates';
 const MAX_REPORTED = 20;
 /** No schema nests deeper; deeper input is refused by the schema, and must not exhaust the stack here. */
 const MAX_DEPTH = 32;
+/** No request has more than a few dozen values: a body of millions (a 40 MB send body of empty
+ *  keys) is refused before it is walked and validated, which would hold the event loop for seconds. */
+const MAX_VALUES = 10_000;
 
 export function assertStorableParams(params: Record<string, string>): void {
   if (Object.values(params).some((v) => typeof v === 'string' && !isStorableText(v))) throw problems.notFound('The resource');
@@ -14,19 +17,25 @@ export function assertStorableParams(params: Record<string, string>): void {
 
 export function assertStorableInput(value: unknown, where: 'body' | 'query'): void {
   const found: FieldProblem[] = [];
-  collect(value, [], found);
+  const budget = { left: MAX_VALUES };
+  collect(value, [], found, budget);
+  if (budget.left < 0) throw problems.validation([{ path: where, message: `has more than ${MAX_VALUES} values; no request needs that many` }]);
   if (found.length > 0) throw problems.validation(found.map((f) => ({ path: f.path || where, message: f.message })));
 }
 
-function collect(value: unknown, path: string[], out: FieldProblem[]): void {
-  if (out.length >= MAX_REPORTED || path.length > MAX_DEPTH) return;
+function collect(value: unknown, path: string[], out: FieldProblem[], budget: { left: number }): void {
+  if (out.length >= MAX_REPORTED || path.length > MAX_DEPTH || --budget.left < 0) return;
   if (typeof value === 'string') {
     if (!isStorableText(value)) out.push({ path: path.join('.'), message: MESSAGE });
   } else if (Array.isArray(value)) {
-    value.forEach((item, i) => collect(item, [...path, String(i)], out));
+    for (let i = 0; i < value.length && budget.left >= 0; i++) collect(value[i], [...path, String(i)], out, budget);
   } else if (value !== null && typeof value === 'object') {
-    for (const [key, item] of Object.entries(value)) {
-      if (isStorableText(key)) collect(item, [...path, key], out);
+    const keys = Object.keys(value);
+    if (keys.length > MAX_VALUES) budget.left = -1;
+    for (let i = 0; i < keys.length && budget.left >= 0; i++) {
+      const key = keys[i];
+      const item = (value as Record<string, unknown>)[key];
+      if (isStorableText(key)) collect(item, [...path, key], out, budget);
       else out.push({ path: [...path, toPrintable(key)].join('.'), message: `field name ${MESSAGE}` });
     }
   }
