@@ -6,7 +6,7 @@ import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { Settings, SettingsBody, WebhookBody, WebhookConfig } from '../schemas.ts';
 import { settingsOf, webhookOf } from '../records.ts';
-import { webhookUrlProblem } from '../webhook-url.ts';
+import { resolvedHostProblem, webhookUrlProblem } from '../webhook-url.ts';
 
 const newSecret = () => `${TOKEN_PREFIXES.webhookSecret}_${randomBytes(32).toString('base64url')}`;
 
@@ -24,7 +24,7 @@ async function lockInstance(trx: Db, id: string): Promise<any> {
   return row;
 }
 
-function validateDestinations(body: z.infer<typeof WebhookBody>, allowPrivate: boolean): Record<string, string> {
+async function validateDestinations(body: z.infer<typeof WebhookBody>, allowPrivate: boolean): Promise<Record<string, string>> {
   if (body.format !== undefined && body.format !== 'native') {
     throw new Problem(422, 'unsupported_format', 'Only the "native" webhook format is supported.', [{ path: 'format', message: 'must be "native"' }]);
   }
@@ -35,6 +35,10 @@ function validateDestinations(body: z.infer<typeof WebhookBody>, allowPrivate: b
     const problem = webhookUrlProblem(value, allowPrivate);
     if (problem) errors.push({ path: d, message: problem });
     config[d] = value;
+  }
+  if (!errors.length) {
+    const resolved = await Promise.all(WEBHOOK_DESTINATIONS.map((d) => resolvedHostProblem(config[d], allowPrivate)));
+    WEBHOOK_DESTINATIONS.forEach((d, i) => resolved[i] && errors.push({ path: d, message: resolved[i]! }));
   }
   if (errors.length) throw problems.validation(errors, 'Webhook destinations must be public HTTPS URLs on port 443, or empty strings.');
   return { ...config, format: 'native' };
@@ -50,7 +54,7 @@ export const webhookRoutes = [
     body: WebhookBody,
     responses: { 200: WebhookConfig.extend({ settings: Settings, secret: z.string() }), 400: 'invalid URL', 422: 'unsupported format' },
     handler: async ({ deps, params, body }) => {
-      const config = validateDestinations(body, deps.config.webhookAllowPrivateTargets);
+      const config = await validateDestinations(body, deps.config.webhookAllowPrivateTargets);
       const saved = await deps.db.transaction(async (trx) => {
         const row = await lockInstance(trx, params.id);
         const settings = { ...settingsOf(row), ...(body.settings ?? {}) };
