@@ -98,6 +98,9 @@ async function autoInstrumentations(): Promise<Instrumentation[]> {
     '@opentelemetry/instrumentation-http': {
       // The OTLP exporter's own requests would otherwise be traced too.
       ignoreOutgoingRequestHook: (req) => String(req.path ?? '').startsWith('/v1/traces'),
+      // Its server spans record the query string, which for a signed media link is a credential;
+      // the gateway's own server span (http/observability.ts) records the path only.
+      ignoreIncomingRequestHook: (req) => /[?&]signature=/i.test(req.url ?? ''),
     },
     '@opentelemetry/instrumentation-pg': { enhancedDatabaseReporting: false },
     // A webhook attempt is already our own CLIENT span and sets the traceparent the receiver sees;
