@@ -45,14 +45,18 @@ export class SendItemWriter {
     return result;
   }
 
-  /** A batch holds many clients' requests: whatever refuses it, each item is then written alone,
-   *  so one bad item (or one full queue) fails only its own request. */
+  /** A batch holds many clients' requests: whatever statement error refuses it, each item is
+   *  then written alone, so one bad item (or one full queue) fails only its own request. Without
+   *  a statement error (the database unreachable) every item fails at once, not one by one. */
   private async writeBatch(items: NewSendItem[]): Promise<(WriteResult | Error)[]> {
     try {
       return await this.insert(items);
     } catch (err) {
+      const failure = err instanceof Error ? err : new Error(String(err));
+      const state = sqlState(err);
+      if (state === undefined) return items.map(() => failure);
       // A lone item's other refusals (e.g. a deadlock) fail its request; nothing was written.
-      if (items.length === 1) return [SINGLE_ITEM_FAULTS[sqlState(err) ?? ''] ?? (err instanceof Error ? err : new Error(String(err)))];
+      if (items.length === 1) return [SINGLE_ITEM_FAULTS[state] ?? failure];
     }
     const results: (WriteResult | Error)[] = [];
     for (const item of items) results.push(...(await this.writeBatch([item])));
@@ -98,6 +102,9 @@ const INSERT_WITH_ANNOUNCEMENTS = `
     returning seq)
   select id from inserted`;
 
+/** PostgreSQL's SQLSTATE of a statement error (five characters); undefined for other failures,
+ *  such as a connection that could not be made (`ECONNREFUSED`). */
 function sqlState(err: unknown): string | undefined {
-  return (err as { code?: string })?.code;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
