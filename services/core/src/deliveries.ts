@@ -1,6 +1,7 @@
 // The `deliveries` table as the gateway sees it (DESIGN §5 "Webhook delivery"): event listings
-// with their delivery result, the manual retry of an exhausted delivery, and the two cancellation
-// rules. The dispatcher owns routing and attempts; these helpers only read and reset rows.
+// with their delivery result, the manual retry of an exhausted delivery (routed again with the
+// configuration of now), and the two cancellation rules. The dispatcher owns attempts; these
+// helpers only read and reset rows.
 import type { Knex } from 'knex';
 import { problems, type Problem } from './problem.ts';
 import { jsonObject } from './db/json-column.ts';
@@ -114,7 +115,16 @@ function iso(value: Date | string | null | undefined): string | null {
  * restarting it would let two series overlap; every other status has nothing to retry (409
  * `not_retryable`). 404 when the event is not one of this instance's.
  */
-export async function retryEvent(db: Knex | Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
+export function retryEvent(db: Knex | Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
+  // Under the lock a webhook save takes: a save that removes the URL either ran first (and the
+  // retry routes with the new configuration) or waits, then cancels the retried delivery.
+  return db.transaction(async (trx) => {
+    await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('id');
+    return retryLocked(trx, instanceId, eventId);
+  });
+}
+
+async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
   const event = await db('events as e')
     .join('instances as i', 'i.id', 'e.instance_id')
     .where({ 'e.id': eventId, 'e.instance_id': instanceId })

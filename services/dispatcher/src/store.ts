@@ -123,7 +123,7 @@ export interface DeliveredAttempt {
 }
 
 /**
- * recordDelivered for many claims in one statement (each row still fenced on its own lease).
+ * Records successful attempts, many claims in one statement (each row still fenced on its own lease).
  * Returns the event ids whose row was updated.
  *
  * The status test is wrapped in coalesce() so the planner cannot answer it from the partial index

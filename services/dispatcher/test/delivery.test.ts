@@ -177,6 +177,29 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     await expectProblem(retryEvent(db, a.id, 'evt_missing'), 404, 'not_found');
   });
 
+  it('manual retry waits for a webhook save under way and routes with what it saved', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://old.example.com/h' } });
+    const event = await recordRoutedEvent(db, inst.id);
+    await db('deliveries').where({ event_id: event.id }).update({ status: 'exhausted', next_attempt_at: null });
+    const save = await db.transaction();
+    try {
+      // The save's steps (routes/webhooks.ts): lock the instance, write the configuration, cancel.
+      await save('instances').where({ id: inst.id }).forNoKeyUpdate().first('id');
+      await save('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: '' }) });
+      const retry = retryEvent(db, inst.id, event.id).then(
+        () => 'retried',
+        (err: unknown) => (err instanceof Problem ? err.code : String(err)),
+      );
+      await new Promise((r) => setTimeout(r, 200)); // the retry is now waiting for the save's lock
+      await cancelDeliveriesForRemovedUrls(save, inst.id, { url: 'https://old.example.com/h' }, { url: '' });
+      await save.commit();
+      assert.equal(await retry, 'not_retryable', 'nothing goes to the removed URL');
+    } finally {
+      if (!save.isCompleted()) await save.rollback();
+    }
+    assert.equal((await deliveryOf(db, event.id)).status, 'exhausted');
+  });
+
   it('does not follow redirects: a 3xx is a failed attempt', async () => {
     receiver.respondWith((r) => (r.path === '/hook' ? { status: 302, location: receiver.url('/elsewhere') } : { status: 200 }));
     const inst = await createInstance(db, { webhook: { url: receiver.url('/hook') } });

@@ -3,10 +3,11 @@
 // rows) serves many requests, and a lone request waits for nothing. Each caller learns what
 // happened to its own item.
 //
-// The database keeps the queue limit (migration 002_queue_count). When a batch is refused for one
-// item's sake — an instance's queue filled up or the instance was deleted, or a lock wait ran into
-// another writer — its items are written one by one in arrival order, so the limit stays exact and
-// every item gets its own answer.
+// The database keeps the queue limit (migration 002_queue_count). When a batch is refused for what
+// may be one item's sake — an instance's queue filled up, the instance was deleted, a value the
+// column refuses, a deadlock with another writer — its items are written one by one in arrival
+// order, so the limit stays exact and one client's bad item fails only its own request. When the
+// database itself is failing (connection lost, shutting down), the whole batch fails at once.
 import { batchGatherMs, CallBatcher, prepared, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
 
 export interface NewSendItem {
@@ -29,6 +30,9 @@ export type WriteResult = 'queued' | 'key_in_use' | 'queue_full' | 'instance_gon
 
 /** What a lone item's refusal means for its request (anything else fails the request). */
 const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone' };
+/** SQLSTATE classes one item can cause: data (22), constraints (23), transaction rollback such as a
+ *  deadlock (40). Others (08 connection, 53 resources, 57 shutdown, XX internal) are the database's. */
+const ITEM_FAULT_CLASSES = new Set(['22', '23', '40']);
 const MAX_BATCH = 64;
 
 export class SendItemWriter {
@@ -45,18 +49,18 @@ export class SendItemWriter {
     return result;
   }
 
-  /** A batch holds many clients' requests: whatever statement error refuses it, each item is
-   *  then written alone, so one bad item (or one full queue) fails only its own request. Without
-   *  a statement error (the database unreachable) every item fails at once, not one by one. */
+  /** A batch holds many clients' requests: refused for what may be one item's fault, each item
+   *  is then written alone, so a bad item (or a full queue) fails only its own request. When the
+   *  database is failing, every item fails at once rather than one connection wait each. */
   private async writeBatch(items: NewSendItem[]): Promise<(WriteResult | Error)[]> {
     try {
       return await this.insert(items);
     } catch (err) {
       const failure = err instanceof Error ? err : new Error(String(err));
       const state = sqlState(err);
-      if (state === undefined) return items.map(() => failure);
+      if (!isItemFault(state)) return items.map(() => failure);
       // A lone item's other refusals (e.g. a deadlock) fail its request; nothing was written.
-      if (items.length === 1) return [SINGLE_ITEM_FAULTS[state] ?? failure];
+      if (items.length === 1) return [SINGLE_ITEM_FAULTS[state!] ?? failure];
     }
     const results: (WriteResult | Error)[] = [];
     for (const item of items) results.push(...(await this.writeBatch([item])));
@@ -102,9 +106,12 @@ const INSERT_WITH_ANNOUNCEMENTS = `
     returning seq)
   select id from inserted`;
 
-/** PostgreSQL's SQLSTATE of a statement error (five characters); undefined for other failures,
- *  such as a connection that could not be made (`ECONNREFUSED`). */
+function isItemFault(state: string | undefined): boolean {
+  return state !== undefined && (state === QUEUE_FULL_SQLSTATE || ITEM_FAULT_CLASSES.has(state.slice(0, 2)));
+}
+
+/** PostgreSQL's SQLSTATE of a statement error; undefined for other failures (`ECONNREFUSED`). */
 function sqlState(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+  return typeof code === 'string' && code.length === 5 ? code : undefined;
 }
