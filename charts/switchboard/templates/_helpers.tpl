@@ -34,12 +34,18 @@ app.kubernetes.io/component: {{ .component }}
      generated one. `helm template` has no cluster to look in and generates; tools that render
      that way on every sync must set the value (see docs/kubernetes.md). */}}
 {{- define "switchboard.secretValue" -}}
+{{- /* Decided once per render: the checksum annotations render config.yaml again and must see the
+     same value as the Secret, or every upgrade would restart the pods. */ -}}
+{{- $memo := printf "_chosen%s" .key -}}
+{{- if not (hasKey .root.Values.secrets $memo) -}}
 {{- $existing := lookup "v1" "Secret" .root.Release.Namespace (include "switchboard.secretName" .root) -}}
 {{- $kept := "" -}}
 {{- if and $existing $existing.data -}}
 {{- $kept = get $existing.data .key | default "" | b64dec -}}
 {{- end -}}
-{{- .given | default $kept | default .generated -}}
+{{- $_ := set .root.Values.secrets $memo (.given | default $kept | default .generated) -}}
+{{- end -}}
+{{- get .root.Values.secrets $memo -}}
 {{- end -}}
 
 {{- define "switchboard.configMapName" -}}

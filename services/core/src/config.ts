@@ -138,9 +138,12 @@ class EnvReader {
   key(name: string): Buffer | undefined {
     const v = this.raw(name);
     if (v === undefined) return undefined;
+    // Buffer.from skips characters that are not base64, so check the characters first. Standard or
+    // URL-safe base64, padded or not, as earlier versions took; a new key would not read old data.
     const bytes = Buffer.from(v, 'base64');
-    // Buffer.from skips characters that are not base64: only a canonical encoding is the key typed.
-    if (bytes.length !== 32 || bytes.toString('base64') !== v) return this.fail(name, 'must be 32 bytes encoded in base64 (try: openssl rand -base64 32)', undefined);
+    if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(v) || bytes.length !== 32) {
+      return this.fail(name, 'must be 32 bytes encoded in base64 (a new deployment: openssl rand -base64 32; an existing key must be kept, or its data cannot be read)', undefined);
+    }
     return bytes;
   }
 

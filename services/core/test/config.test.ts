@@ -53,10 +53,12 @@ describe('configuration', () => {
     assert.equal(loadConfig({ ADMIN_API_KEY: 'admin' }).adminApiKey, 'admin');
   });
 
-  it('takes an ENCRYPTION_KEY only in canonical base64 (Buffer.from would skip stray characters)', () => {
-    const key = Buffer.alloc(32, 7).toString('base64');
-    assert.equal(loadConfig({ ENCRYPTION_KEY: key }).encryptionKey!.length, 32);
-    for (const bad of [`${key}!!!`, key.replace(/=$/, ''), key.replace(/^B/, '-')]) {
+  it('takes an ENCRYPTION_KEY of base64 characters only (Buffer.from would skip stray ones)', () => {
+    const key = Buffer.alloc(32, 0xfb).toString('base64');
+    for (const form of [key, key.replace(/=$/, ''), key.replace(/\+/g, '-').replace(/\//g, '_')]) {
+      assert.deepEqual(loadConfig({ ENCRYPTION_KEY: form }).encryptionKey, Buffer.alloc(32, 0xfb), `${form}: standard or URL-safe, padded or not`);
+    }
+    for (const bad of [`${key}!!!`, `${key.slice(0, 10)}*${key.slice(11)}`, key.slice(4)]) {
       assert.throws(() => loadConfig({ ENCRYPTION_KEY: bad }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('ENCRYPTION_KEY: '));
     }
   });

@@ -144,7 +144,14 @@ describe('chart, CRDs and examples', function () {
 
   it('renders with its defaults: keys left empty are generated, keys given are used', () => {
     const secretOf = (objs: Obj[]) => find(objs, 'Secret', 'sb-switchboard-env')!.stringData as Record<string, string>;
-    const generated = secretOf(template([]));
+    const defaults = template([]);
+    const generated = secretOf(defaults);
+    // Generated once per render: every component's config checksum is over the same keys.
+    const checksums = defaults.filter((o) => o.kind === 'Deployment').map((o) => o.spec.template.metadata.annotations?.['checksum/config']);
+    assert.ok(checksums.length >= 3 && new Set(checksums).size === 1, `one checksum: ${checksums}`);
+    // A generated key outlives `helm uninstall` (the database volume does too); given keys need not.
+    assert.equal(find(defaults, 'Secret', 'sb-switchboard-env')!.metadata.annotations?.['helm.sh/resource-policy'], 'keep');
+    assert.equal(find(template(REQUIRED), 'Secret', 'sb-switchboard-env')!.metadata.annotations?.['helm.sh/resource-policy'], undefined);
     assert.equal(Buffer.from(generated.ENCRYPTION_KEY, 'base64').length, 32);
     assert.equal(Buffer.from(generated.ENCRYPTION_KEY, 'base64').toString('base64'), generated.ENCRYPTION_KEY, 'canonical base64');
     assert.match(generated.ADMIN_API_KEY, /^[A-Za-z0-9]{40}$/);
