@@ -5,6 +5,8 @@ import type { Metrics } from './metrics.ts';
 import { Problem } from './problem.ts';
 
 export interface HealthServer {
+  /** Settles once the port is bound; rejects naming HEALTH_PORT when it cannot be. */
+  listening: Promise<void>;
   close(): Promise<void>;
 }
 
@@ -31,8 +33,12 @@ export function startHealthServer(port: number, ready: () => Promise<Record<stri
     }
     fail(new Problem(404, 'not_found', `${req.url} is not served here; try /health, /ready or /metrics.`));
   });
+  const listening = new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', (err) => reject(new Error(`HEALTH_PORT: cannot listen on ${port} (${err.message})`)));
+  });
   server.listen(port);
-  return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return { listening, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
 /** HEALTH_PORT of a worker process, when set. */

@@ -106,7 +106,9 @@ describe('metrics', () => {
     });
     const server = startHealthServer(port, async () => undefined, metrics);
     try {
-      await new Promise((r) => setTimeout(r, 50));
+      await server.listening;
+      // A second server on the same port says which variable to change, instead of crashing.
+      await assert.rejects(startHealthServer(port, async () => undefined).listening, new RegExp(`^Error: HEALTH_PORT: cannot listen on ${port} \\(.*EADDRINUSE`));
       const res = await fetch(`http://127.0.0.1:${port}/metrics`);
       assert.equal(res.status, 200);
       assert.match(res.headers.get('content-type') ?? '', /text\/plain/);

@@ -50,6 +50,7 @@ async function start(): Promise<() => Promise<void>> {
     await db.raw('select 1');
     await bus.pending('events', 'dispatcher');
   }, metrics);
+  await health?.listening;
 
   return async function stop() {
     log.info('dispatcher stopping');

@@ -36,6 +36,7 @@ async function start(): Promise<() => Promise<void>> {
     await db.raw('select 1');
     return { leader: replica.isLeader };
   });
+  await health.listening;
   replica.start();
   return async function stop() {
     await health.close();

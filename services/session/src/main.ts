@@ -76,6 +76,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     await db.raw('select 1');
     await bus.pending('commands', '__ready_probe__');
   });
+  await health?.listening;
   const relay = new OutboxRelay(db, bus, log);
   relay.start();
   const runtime = new LocalSessionRuntime({

@@ -37,8 +37,13 @@ async function validateDestinations(body: z.infer<typeof WebhookBody>, allowPriv
     config[d] = value;
   }
   if (!errors.length) {
-    const resolved = await Promise.all(WEBHOOK_DESTINATIONS.map((d) => resolvedHostProblem(config[d], allowPrivate)));
-    WEBHOOK_DESTINATIONS.forEach((d, i) => resolved[i] && errors.push({ path: d, message: resolved[i]! }));
+    // One lookup per distinct URL (destinations often share one); lookups hold libuv's threads.
+    const urls = [...new Set(WEBHOOK_DESTINATIONS.map((d) => config[d]))];
+    const problemOf = new Map(await Promise.all(urls.map(async (u) => [u, await resolvedHostProblem(u, allowPrivate)] as const)));
+    for (const d of WEBHOOK_DESTINATIONS) {
+      const problem = problemOf.get(config[d]);
+      if (problem) errors.push({ path: d, message: problem });
+    }
   }
   if (errors.length) throw problems.validation(errors, 'Webhook destinations must be public HTTPS URLs on port 443, or empty strings.');
   return { ...config, format: 'native' };
