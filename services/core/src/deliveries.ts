@@ -127,17 +127,18 @@ export function retryEvent(db: Knex | Knex.Transaction, instanceId: string, even
 async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
   const event = await db('events as e')
     .join('instances as i', 'i.id', 'e.instance_id')
+    .leftJoin('deliveries as d', 'd.event_id', 'e.id')
     .where({ 'e.id': eventId, 'e.instance_id': instanceId })
-    .first('e.type', 'e.body', 'i.webhook', 'i.settings');
+    .first('e.type', 'e.body', 'i.webhook', 'i.settings', 'd.status');
   if (!event) throw problems.notFound('The event');
-  const current = await db('deliveries').where({ event_id: eventId }).first('status');
-  if (current?.status !== 'exhausted') {
-    throw notRetryable(`Only a delivery whose attempts are exhausted can be retried; this one is ${current?.status ?? 'not yet routed'}.`);
+  if (event.status !== 'exhausted') {
+    throw notRetryable(`Only a delivery whose attempts are exhausted can be retried; this one is ${event.status ?? 'not yet routed'}.`);
   }
   const envelope = { type: event.type as EventEnvelope['type'], data: (jsonObject(event.body).data ?? {}) as Record<string, unknown> };
   const route = routeEvent(envelope, jsonObject(event.webhook) as WebhookConfig, jsonObject(event.settings) as WebhookSettings);
   if (route.status !== 'pending') throw notRetryable(NOT_ROUTED[route.status]);
-  const updated = await db('deliveries')
+  // The instance lock keeps other retries out, and nothing else moves an exhausted delivery.
+  await db('deliveries')
     .where({ event_id: eventId, instance_id: instanceId, status: 'exhausted' })
     .update({
       status: 'pending',
@@ -149,8 +150,6 @@ async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: st
       next_attempt_at: db.fn.now(),
       updated_at: db.fn.now(),
     });
-  // Only a concurrent retry of the same event gets here: it restarted the series first.
-  if (updated === 0) throw notRetryable('This delivery was retried meanwhile; its new series is under way.');
   const [record] = await listOne(db, eventId);
   return record;
 }

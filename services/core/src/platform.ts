@@ -48,7 +48,7 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   try {
     const database = config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR';
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
-    const bus = await startStep(config.natsUrl ? 'NATS_URL' : 'DATA_DIR', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
+    const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
     closers.unshift(() => bus.close());
     const media = await startStep(config.natsUrl ? 'NATS_URL' : 'DATA_DIR', 'cannot open the media store', () =>
       openMediaStore({ natsUrl: config.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, ttlMs: config.mediaRetentionMs }),

@@ -190,7 +190,10 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
         () => 'retried',
         (err: unknown) => (err instanceof Problem ? err.code : String(err)),
       );
-      await new Promise((r) => setTimeout(r, 200)); // the retry is now waiting for the save's lock
+      // The retry must be waiting for the save's lock (without the lock it would finish, and this times out).
+      await waitFor('the retry waiting for the instance lock', async () =>
+        Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0,
+      );
       await cancelDeliveriesForRemovedUrls(save, inst.id, { url: 'https://old.example.com/h' }, { url: '' });
       await save.commit();
       assert.equal(await retry, 'not_retryable', 'nothing goes to the removed URL');
