@@ -247,6 +247,11 @@ for (const mode of modes) {
       const cancelled = await t.client(paused.apiToken).delete(`/api/instances/${paused.id}/messages/${res.body.id}`);
       assert.equal(cancelled.status, 200);
       assert.equal(cancelled.body.status, 'cancelled');
+      // The outcome reaches webhook consumers on both streams: message.failed and a `failed` status.
+      const failed = (await eventsOf(t.admin, paused.id, 'message.failed')).filter((e) => e.data.messageId === res.body.id);
+      assert.deepEqual(failed.map((e) => e.data.error.code), ['cancelled']);
+      const statuses = (await eventsOf(t.admin, paused.id, 'message.status')).filter((e) => e.data.messageId === res.body.id);
+      assert.deepEqual(statuses.map((e) => e.data), [{ messageId: res.body.id, messengerId: res.body.messengerId, status: 'failed' }]);
       const twice = await t.client(paused.apiToken).delete(`/api/instances/${paused.id}/messages/${res.body.id}`);
       assert.equal(twice.status, 409);
       assert.equal(twice.body.code, 'not_cancellable');

@@ -7,6 +7,7 @@ export * from './logger.ts';
 export * from './outbox.ts';
 export { CallBatcher } from './call-batcher.ts';
 export * from './events.ts';
+export * from './send-events.ts';
 export * from './network.ts';
 export * from './runtime.ts';
 export * from './bus/types.ts';

@@ -2,7 +2,7 @@
 // (DESIGN §5 "Sending" and "Events"). Every transition is conditional on the status it leaves,
 // so a cancel, the expiry sweeper and the session never overwrite each other.
 import type { Knex } from 'knex';
-import { inSpan, recordEvent, type DeliveryStatus } from '@switchboard/core';
+import { inSpan, recordEvent, recordSendFailure, recordSendStatus, sendEventData, type DeliveryStatus, type SendFailure } from '@switchboard/core';
 
 export type ItemStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'played' | 'failed' | 'uncertain' | 'cancelled' | 'expired';
 
@@ -28,10 +28,6 @@ export interface SendPayload {
   mediaId?: string;
 }
 
-export interface ItemError {
-  code: string;
-  message: string;
-}
 
 type Trx = Knex | Knex.Transaction;
 
@@ -39,11 +35,7 @@ export function payloadOf(item: SendItemRow): SendPayload {
   return typeof item.payload === 'string' ? (JSON.parse(item.payload) as SendPayload) : item.payload;
 }
 
-function baseData(item: SendItemRow): Record<string, unknown> {
-  return { messageId: item.id, messengerId: item.messenger_id, phone: item.phone, type: item.type };
-}
-
-async function setStatus(trx: Trx, item: SendItemRow, from: ItemStatus[], to: ItemStatus, error: ItemError | null = null): Promise<boolean> {
+async function setStatus(trx: Trx, item: SendItemRow, from: ItemStatus[], to: ItemStatus, error: SendFailure | null = null): Promise<boolean> {
   const changed = await trx('send_items')
     .where({ id: item.id })
     .whereIn('status', from)
@@ -59,31 +51,30 @@ export async function markSending(trx: Trx, item: SendItemRow): Promise<boolean>
 /** sending → sent + `message.sent`. A receipt may already have moved the item further; the event is still due. */
 export async function markSent(trx: Trx, item: SendItemRow): Promise<void> {
   await setStatus(trx, item, ['sending'], 'sent');
-  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.sent', data: baseData(item), traceContext: item.trace_context });
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.sent', data: sendEventData(item), traceContext: item.trace_context });
   // The status stream starts at `sent` (the network's server ack); later `sent` receipts add nothing.
-  const status = { messageId: item.id, messengerId: item.messenger_id, status: 'sent' };
-  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.status', data: status, traceContext: item.trace_context });
+  await recordSendStatus(trx, item, 'sent');
 }
 
-/** sending|queued → failed + `message.failed`. */
-export async function markFailed(trx: Trx, item: SendItemRow, error: ItemError): Promise<boolean> {
+/** sending|queued → failed + `message.failed` and `message.status` `failed`. */
+export async function markFailed(trx: Trx, item: SendItemRow, error: SendFailure): Promise<boolean> {
   if (!(await setStatus(trx, item, ['sending', 'queued'], 'failed', error))) return false;
-  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.failed', data: { ...baseData(item), error }, traceContext: item.trace_context });
+  await recordSendFailure(trx, item, error);
   return true;
 }
 
 /** sending → uncertain + `message.uncertain`. The item is never resent automatically. */
-export async function markUncertain(trx: Trx, item: SendItemRow, reason: string, error: ItemError | null = null): Promise<boolean> {
+export async function markUncertain(trx: Trx, item: SendItemRow, reason: string, error: SendFailure | null = null): Promise<boolean> {
   if (!(await setStatus(trx, item, ['sending'], 'uncertain', error))) return false;
-  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.uncertain', data: { ...baseData(item), reason }, traceContext: item.trace_context });
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.uncertain', data: { ...sendEventData(item), reason }, traceContext: item.trace_context });
   return true;
 }
 
-/** queued → expired + `message.failed` with code `expired`. */
+/** queued → expired + `message.failed` with code `expired` and `message.status` `failed`. */
 export async function markExpired(trx: Trx, item: SendItemRow): Promise<boolean> {
   const error = { code: 'expired', message: 'The item expired in the queue before it could be sent.' };
   if (!(await setStatus(trx, item, ['queued'], 'expired', error))) return false;
-  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.failed', data: { ...baseData(item), error }, traceContext: item.trace_context });
+  await recordSendFailure(trx, item, error);
   return true;
 }
 
@@ -102,18 +93,19 @@ export async function applyReceipt(trx: Knex.Transaction, instanceId: string, me
   const current = RECEIPT_RANK[item.status];
   if (current === undefined) return false; // queued, failed, cancelled, expired: receipts change nothing
   // The receipt joins the trace of the send it reports on.
-  return inSpan('session receipt', { parent: item.trace_context, attributes: { 'switchboard.receipt.status': status } }, () => moveForward(trx, instanceId, item, current, status));
+  return inSpan('session receipt', { parent: item.trace_context, attributes: { 'switchboard.receipt.status': status } }, () => moveForward(trx, item, current, status));
 }
 
-async function moveForward(trx: Knex.Transaction, instanceId: string, item: SendItemRow, current: number, status: DeliveryStatus): Promise<boolean> {
-  const messengerId = item.messenger_id;
+async function moveForward(trx: Knex.Transaction, item: SendItemRow, current: number, status: DeliveryStatus): Promise<boolean> {
   if (status === 'failed') {
-    await setStatus(trx, item, [item.status], 'failed', { code: 'network_failed', message: 'The network reported the message as failed.' });
-  } else {
-    const next = RECEIPT_RANK[status as ItemStatus];
-    if (next === undefined || next <= current) return false;
-    await setStatus(trx, item, [item.status], status as ItemStatus);
+    const error = { code: 'network_failed', message: 'The network reported the message as failed.' };
+    await setStatus(trx, item, [item.status], 'failed', error);
+    await recordSendFailure(trx, item, error);
+    return true;
   }
-  await recordEvent(trx, { instanceId, type: 'message.status', data: { messageId: item.id, messengerId, status }, traceContext: item.trace_context });
+  const next = RECEIPT_RANK[status as ItemStatus];
+  if (next === undefined || next <= current) return false;
+  await setStatus(trx, item, [item.status], status as ItemStatus);
+  await recordSendStatus(trx, item, status);
   return true;
 }

@@ -79,10 +79,17 @@ for (const nats of [false, true]) {
       assert.deepEqual(sequence.slice(2), ['status:delivered', 'status:read']);
       const sent = (await byItem(ok.id)).find((e) => e.type === 'message.sent')!.data;
       assert.deepEqual(sent, { messageId: ok.id, messengerId: ok.messengerId, phone: OK, type: 'text' });
-      assert.equal((await byItem(rejected.id))[0].type, 'message.failed');
-      const failedAbsent = (await byItem(absent.id))[0];
+      // A failure ends the status stream with `failed` too, written with message.failed.
+      const typesOf = async (id: string) => (await byItem(id)).map((e) => (e.type === 'message.status' ? `status:${e.data.status}` : e.type)).sort();
+      assert.deepEqual(await typesOf(rejected.id), ['message.failed', 'status:failed']);
+      assert.deepEqual(await typesOf(absent.id), ['message.failed', 'status:failed']);
+      const failedAbsent = (await byItem(absent.id)).find((e) => e.type === 'message.failed')!;
       assert.equal(failedAbsent.data.error.code, 'not_on_network');
-      const uncertain = (await byItem(dropped.id))[0];
+      const failedStatus = (await byItem(absent.id)).find((e) => e.type === 'message.status')!;
+      assert.deepEqual(failedStatus.data, { messageId: absent.id, messengerId: absent.messengerId, status: 'failed' });
+      // An uncertain outcome has no status: whether it left is unknown.
+      const [uncertain, ...more] = await byItem(dropped.id);
+      assert.equal(more.length, 0);
       assert.equal(uncertain.type, 'message.uncertain');
       assert.equal(uncertain.data.reason, 'connection_lost');
       await new Promise((r) => setTimeout(r, 50));
@@ -111,6 +118,13 @@ for (const nats of [false, true]) {
       await waitStatus(f.id, 'failed');
       assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, f.messengerId, 'read')), false);
       assert.equal(await itemStatus(env.db, f.id), 'failed');
+      // A failure the network reports later is an outcome on both streams, like a refused send.
+      const late = await enqueueSend(env, instanceId, { phone: '5511900000002' });
+      await waitStatus(late.id, 'delivered');
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, late.messengerId, 'failed')), true);
+      const events = (await eventsOf(env.db, instanceId)).filter((e) => e.data.messageId === late.id && (e.type === 'message.failed' || e.data.status === 'failed'));
+      assert.deepEqual(events.map((e) => e.type).sort(), ['message.failed', 'message.status']);
+      assert.equal(events.find((e) => e.type === 'message.failed')!.data.error.code, 'network_failed');
     });
 
     it('expired and cancelled items are never sent', async () => {
@@ -124,6 +138,8 @@ for (const nats of [false, true]) {
       assert.equal(await itemStatus(env.db, cancelled.id), 'cancelled');
       const failed = (await eventsOf(env.db, instanceId, 'message.failed')).find((e) => e.data.messageId === late.id)!;
       assert.equal(failed.data.error.code, 'expired');
+      const lateStatus = (await eventsOf(env.db, instanceId, 'message.status')).filter((e) => e.data.messageId === late.id).map((e) => e.data.status);
+      assert.deepEqual(lateStatus, ['failed']);
       const ledger = await env.db('sandbox_ledger').where({ instance_id: instanceId }).pluck('messenger_id');
       assert.deepEqual(ledger, [marker.messengerId]);
     });

@@ -1,6 +1,6 @@
 // The send queue: accept (202), list the last 50, read one, cancel while queued.
 import { z } from 'zod';
-import { problems, recordEvent } from '@switchboard/core';
+import { problems, recordSendFailure } from '@switchboard/core';
 import { route } from '../http/route.ts';
 import { Accepted, SendBody, SendItemRecord, listOf } from '../schemas.ts';
 import { sendItemRecord } from '../records.ts';
@@ -74,11 +74,7 @@ export const messageRoutes = [
           .update({ status: 'cancelled', updated_at: trx.fn.now() })
           .returning('*');
         if (updated) {
-          await recordEvent(trx, {
-            instanceId: params.id,
-            type: 'message.failed',
-            data: { messageId: updated.id, messengerId: updated.messenger_id, phone: updated.phone, type: updated.type, error: { code: 'cancelled', message: 'Cancelled through the API before it was sent.' } },
-          });
+          await recordSendFailure(trx, updated, { code: 'cancelled', message: 'Cancelled through the API before it was sent.' });
           return updated;
         }
         const existing = await trx('send_items').where({ instance_id: params.id, id: params.messageId }).first();
