@@ -1,11 +1,12 @@
 // Opens what every Switchboard process needs — keys, database, bus, media store, logger —
 // from the configuration. Embedded mode generates missing keys into DATA_DIR on first start;
 // cluster processes must be given them.
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Config } from './config.ts';
 import { ConfigError } from './config.ts';
+import { ensureDirectory } from './directories.ts';
 import { Crypto, randomToken, TOKEN_PREFIXES } from './crypto.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { migrate, openDatabase, type Db } from './db/connect.ts';
@@ -39,14 +40,14 @@ export interface PlatformOptions {
 
 export async function openPlatform(config: Config, opts: PlatformOptions): Promise<Platform> {
   const log = opts.log ?? createLogger({ level: config.logLevel, name: opts.service });
-  const keys = resolveKeys(config, opts.generateMissingKeys);
+  const keys = await resolveKeys(config, opts.generateMissingKeys);
   // A short key is the operator's choice (a laptop, a test rig); it is worth a warning, not a refusal.
   if (config.adminApiKey && config.adminApiKey.length < 16) log.warn('ADMIN_API_KEY is shorter than 16 characters; use a long random key outside development');
   const crypto = new Crypto(keys.encryptionKey);
-  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  const database = config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR';
+  const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
   const closers: (() => Promise<unknown>)[] = [() => db.destroy()];
   try {
-    const database = config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR';
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
     const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
     closers.unshift(() => bus.close());
@@ -73,10 +74,10 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   }
 }
 
-function resolveKeys(config: Config, generate: boolean) {
+async function resolveKeys(config: Config, generate: boolean) {
   const missing = [!config.adminApiKey && 'ADMIN_API_KEY', !config.encryptionKey && 'ENCRYPTION_KEY'].filter(Boolean) as string[];
   if (missing.length && !generate) throw new ConfigError(missing.map((name) => `${name}: required in cluster mode`));
-  if (missing.length) mkdirSync(config.dataDir, { recursive: true });
+  if (missing.length) await startStep('DATA_DIR', 'cannot create the data directory', async () => ensureDirectory(config.dataDir));
   const adminFile = join(config.dataDir, 'admin-key');
   const adminKeyGenerated = !config.adminApiKey && !existsSync(adminFile);
   const adminKey = config.adminApiKey ?? readOrCreate(adminFile, () => randomToken(TOKEN_PREFIXES.admin, 32));

@@ -92,6 +92,8 @@ describe('configuration', () => {
       [{ DATABASE_URL: 'postgres://127.0.0.1:1/none' }, /^Switchboard failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/m],
       [{ NATS_URL: 'nats://127.0.0.1:1' }, /^Switchboard failed to start: NATS_URL: cannot open the bus/m],
       [{ HOST: 'no-such-host.invalid' }, /^Switchboard failed to start: HOST\/PORT: cannot listen on no-such-host.invalid:/m],
+      // A parent that refuses new entries with ENOENT made Node's recursive mkdir loop for ever.
+      [{ DATA_DIR: '/proc/switchboard-test/data' }, /^Switchboard failed to start: DATA_DIR: cannot create the data directory \(ENOENT/m],
     ];
     for (const [env, expected] of cases) {
       const dataDir = mkdtempSync(join(tmpdir(), 'sb-start-'));

@@ -15,7 +15,7 @@ import type { Route } from './http/route.ts';
 import { allRoutes } from './routes/index.ts';
 import { assertStorableInput, assertStorableParams } from './storable-input.ts';
 import { metricsEndpoint, observeRequests } from './http/observability.ts';
-import { createMetrics } from '@switchboard/core';
+import { createMetrics, problems } from '@switchboard/core';
 
 export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(deps)): Koa {
   const app = new Koa();
@@ -48,6 +48,7 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   authorize(r.auth, principal, params.id);
   assertStorableParams(params);
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
+  if (r.bodyRequired && rawBody === undefined) throw problems.badRequest('body_required', 'This operation needs a JSON body.');
   assertStorableInput(rawBody, 'body');
   if (r.query) assertStorableInput(ctx.query, 'query');
   // Only a missing body means "no fields"; a JSON null is a body, and not an object.

@@ -48,7 +48,8 @@ export async function instanceRecord(row: any) {
     phone: row.phone ?? null,
     paused: Boolean(row.paused),
     settings: settingsOf(row),
-    webhook: webhookOf(row),
+    // The configuration as the webhook save returned it, without the secret (DESIGN §5).
+    webhook: { ...webhookOf(row), settings: settingsOf(row) },
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };

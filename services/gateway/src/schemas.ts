@@ -22,10 +22,15 @@ export const SettingsBody = z.strictObject(settingsShape);
 export const Settings = z.object(Object.fromEntries(SETTING_NAMES.map((n) => [n, z.boolean()])));
 
 const destinationShape = Object.fromEntries(WEBHOOK_DESTINATIONS.map((d) => [d, z.string().max(2048).optional()])) as Record<WebhookDestination, z.ZodOptional<z.ZodString>>;
-export const WebhookBody = z.strictObject({ ...destinationShape, format: z.string().optional(), settings: SettingsBody.optional() });
+// The specification's schema lists `legacy` as a format, and its prose accepts only `native`:
+// `legacy` is a known option we do not support (422), anything else is invalid input (400).
+export const WEBHOOK_FORMATS = ['native', 'legacy'] as const;
+export const WebhookBody = z.strictObject({ ...destinationShape, format: z.enum(WEBHOOK_FORMATS).optional(), settings: SettingsBody.optional() });
+/** The saved configuration: every destination, the format and the settings (the instance's `webhook`). */
 export const WebhookConfig = z.object({
   ...(Object.fromEntries(WEBHOOK_DESTINATIONS.map((d) => [d, z.string()])) as Record<WebhookDestination, z.ZodString>),
   format: z.literal('native'),
+  settings: Settings,
 });
 
 export const MESSAGE_TYPES = ['text', 'image', 'audio', 'video', 'document', 'sticker'] as const;

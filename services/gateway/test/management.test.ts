@@ -141,6 +141,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal(after.status, 200);
         assert.equal(after.body.projectId, null);
         assert.equal((await t.admin.get(`/api/instances/${instance.id}/apps`)).body.data[0].projectId, null);
+        // As for instances, a key names only a project that exists.
+        assertProblem(await t.admin.post(`/api/instances/${instance.id}/apps`, { name: 'Orphan', projectId: project.id }), 404, 'not_found');
+        assert.equal((await t.admin.get(`/api/instances/${instance.id}/apps`)).body.data.length, 1);
       });
     });
 
@@ -167,7 +170,7 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         }, 10_000, 'the new instance to show a QR code');
         assert.equal(typeof waiting.qrCode, 'string');
         assert.equal(inst.settings.notifyFromMe, false);
-        assert.deepEqual(inst.webhook, { url: '', received: '', delivery: '', status: '', connected: '', disconnected: '', presence: '', format: 'native' });
+        assert.deepEqual(inst.webhook, { url: '', received: '', delivery: '', status: '', connected: '', disconnected: '', presence: '', format: 'native', settings: inst.settings });
         const patched = await t.admin.patch(`/api/instances/${inst.id}`, { name: 'New name' });
         assert.equal(patched.body.name, 'New name');
         assertProblem(await t.admin.patch(`/api/instances/${inst.id}`, { name: 'N' }), 400);
@@ -272,12 +275,24 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
           assert.equal(res.body.errors[0].path, 'url', bad);
         }
         assertProblem(await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: '', format: 'legacy' }), 422, 'unsupported_format');
+        const badFormat = await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: '', format: 'xml' });
+        assertProblem(badFormat, 400, 'validation_failed');
+        assert.equal(badFormat.body.errors[0].path, 'format');
         assert.equal((await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: '', format: 'native' })).status, 200);
         const unknown = await t.admin.put(`/api/instances/${inst.id}/webhook`, { settings: { ignoreEverything: true } });
         assertProblem(unknown, 400);
         assert.equal(unknown.body.errors[0].path, 'settings.ignoreEverything');
+        // No body is refused rather than read as "no fields", which would clear every destination.
+        await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: 'https://hooks.example.com/kept' });
+        assertProblem(await t.admin.put(`/api/instances/${inst.id}/webhook`), 400, 'body_required');
+        assertProblem(await t.admin.put(`/api/instances/${inst.id}/webhook`, ''), 400, 'body_required');
+        assert.equal((await t.admin.get(`/api/instances/${inst.id}`)).body.webhook.url, 'https://hooks.example.com/kept');
         const withSettings = await t.admin.put(`/api/instances/${inst.id}/webhook`, { settings: { notifyFromMe: true } });
         assert.equal(withSettings.body.settings.notifyFromMe, true);
+        // The instance shows the saved configuration without the secret (DESIGN §5 Records).
+        const { secret, ...configuration } = withSettings.body;
+        assert.ok(secret);
+        assert.deepEqual((await t.admin.get(`/api/instances/${inst.id}`)).body.webhook, configuration);
 
         const regenerated = await t.admin.post(`/api/instances/${inst.id}/webhook/secret`);
         assert.equal(regenerated.status, 200);

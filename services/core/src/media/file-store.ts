@@ -3,11 +3,12 @@
 // final name, so a reader (or a crash) never sees half a file.
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
+import { open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Crypto } from '../crypto.ts';
+import { ensureDirectory } from '../directories.ts';
 import { MediaCipher } from './encryption.ts';
 import { collectStream, inChunks, isSafeMediaId } from './stream-util.ts';
 import { MediaNotFoundError, type MediaStore } from './types.ts';
@@ -24,7 +25,7 @@ export class FileMediaStore implements MediaStore {
     crypto: Crypto,
   ) {
     this.cipher = new MediaCipher(crypto);
-    this.ready = mkdir(dir, { recursive: true, mode: 0o700 });
+    this.ready = Promise.resolve().then(() => ensureDirectory(dir, 0o700));
   }
 
   async put(mediaId: string, bytes: Uint8Array): Promise<void> {

@@ -33,7 +33,8 @@ export interface Route<B = any, Q = any> {
   query?: z.ZodType<Q>;
   /** Largest accepted request body in bytes (default 1 MiB). */
   bodyLimit?: number;
-  /** Route handles the raw body itself (no JSON parsing), e.g. large media sends. */
+  /** A request without a body is refused, where "no body" must not mean "no fields" (a replace-all save). */
+  bodyRequired?: boolean;
   responses: Record<number, z.ZodType | string>;
   handler(req: RouteRequest<B, Q>): Promise<RouteResult>;
 }

@@ -6,7 +6,7 @@ import { APP_KEY_PREFIX } from '../http/auth.ts';
 import { issueInstanceToken } from './instances.ts';
 import { AppCreateBody, AppRecord, listOf } from '../schemas.ts';
 import { appRecord } from '../records.ts';
-import { deleted, loadInstance } from './common.ts';
+import { assertProjectExists, deleted, loadInstance } from './common.ts';
 
 export const credentialRoutes = [
   route({
@@ -58,9 +58,10 @@ export const credentialRoutes = [
     tag: 'credentials',
     summary: 'Create an integration key; its value is revealed only in this response',
     body: AppCreateBody,
-    responses: { 201: AppRecord.extend({ key: z.string() }) },
+    responses: { 201: AppRecord.extend({ key: z.string() }), 404: 'instance or project absent' },
     handler: async ({ deps, params, body }) => {
       await loadInstance(deps, params.id);
+      await assertProjectExists(deps, body.projectId);
       const key = randomToken(APP_KEY_PREFIX);
       const [row] = await deps.db('app_keys')
         .insert({

@@ -57,7 +57,8 @@ export const webhookRoutes = [
     tag: 'webhooks',
     summary: 'Replace all destinations at once (omitted ones become ""); returns the signing secret',
     body: WebhookBody,
-    responses: { 200: WebhookConfig.extend({ settings: Settings, secret: z.string() }), 400: 'invalid URL', 422: 'unsupported format' },
+    bodyRequired: true, // no body must not clear every destination; {} does, on purpose
+    responses: { 200: WebhookConfig.extend({ secret: z.string() }), 400: 'invalid URL or format', 422: 'unsupported format (legacy)' },
     handler: async ({ deps, params, body }) => {
       const config = await validateDestinations(body, deps.config.webhookAllowPrivateTargets);
       const saved = await deps.db.transaction(async (trx) => {
