@@ -250,6 +250,12 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem(await t.client(inst.apiToken).get(`/api/instances/${inst.id}`), 401);
         assertProblem(await t.admin.delete(`/api/instances/${inst.id}`), 404);
       });
+
+      it('of concurrent deletes of one instance, one is 200 and the others 404', async () => {
+        const inst = await createInstance();
+        const statuses = (await Promise.all([1, 2, 3, 4, 5].map(() => t.admin.delete(`/api/instances/${inst.id}`)))).map((r) => r.status);
+        assert.deepEqual(statuses.sort(), [200, 404, 404, 404, 404]);
+      });
     });
 
     describe('webhook configuration and settings', () => {

@@ -53,6 +53,15 @@ describe('sandbox driver rules', () => {
     await rejects(driver.sandbox('scan', { phone: '5511911112222' }), 409, 'not_awaiting_scan');
   });
 
+  it('of concurrent scans one pairs, and the others are 409', async () => {
+    const phones = ['5511911110001', '5511911110002', '5511911110003'];
+    const results = await Promise.allSettled(phones.map((phone) => driver.sandbox('scan', { phone })));
+    const paired = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.phone] : []));
+    assert.equal(paired.length, 1);
+    for (const r of results) if (r.status === 'rejected') assert.ok(r.reason instanceof Problem && r.reason.status === 409 && r.reason.code === 'not_awaiting_scan');
+    assert.deepEqual(listener.states.filter((s) => s.state === 'connected').map((s) => s.phone), paired);
+  });
+
   it('pair needs the last issued code', async () => {
     await rejects(driver.sandbox('pair', { code: 'AAAA-BBBB' }), 409, 'no_pairing_code');
     const first = await driver.requestPairingCode('5511933334444');

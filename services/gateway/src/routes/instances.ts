@@ -103,7 +103,8 @@ export const instanceRoutes = [
       await loadInstance(deps, params.id);
       await deps.runtime.remove(params.id);
       await deps.resources?.delete(params.id);
-      await deps.db('instances').where({ id: params.id }).delete();
+      // Of concurrent deletes, the one whose statement removed the row answers 200; the others 404.
+      if (!Number(await deps.db('instances').where({ id: params.id }).delete())) throw problems.notFound(`Instance ${params.id}`);
       return { body: deleted(params.id) };
     },
   }),

@@ -119,7 +119,7 @@ export class SandboxDriver implements NetworkDriver {
   async sandbox(op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
     switch (op) {
       case 'scan':
-        return this.completePairing(this.requireAwaitingScan(readScan(body).phone));
+        return this.completePairing(readScan(body).phone);
       case 'pair':
         return this.pairWithCode(readPair(body).code);
       case 'inbound':
@@ -154,15 +154,12 @@ export class SandboxDriver implements NetworkDriver {
     this.qrTimer.unref();
   }
 
-  private requireAwaitingScan(phone: string): string {
-    if (this.state !== 'awaiting_scan') {
-      throw problems.conflict('not_awaiting_scan', `The instance is ${this.state}, not awaiting a scan.`);
-    }
-    return phone;
+  private requireAwaitingScan(): void {
+    if (this.state !== 'awaiting_scan') throw problems.conflict('not_awaiting_scan', `The instance is ${this.state}, not awaiting a scan.`);
   }
 
   private async pairWithCode(code: string): Promise<Record<string, unknown>> {
-    if (this.state !== 'awaiting_scan') throw problems.conflict('not_awaiting_scan', `The instance is ${this.state}, not awaiting pairing.`);
+    this.requireAwaitingScan();
     if (!this.pairing) throw problems.conflict('no_pairing_code', 'No pairing code was issued.');
     // As on a phone, the dash shown in the code is optional and case does not matter.
     const typed = (c: string) => c.toUpperCase().replace(/[^A-Z0-9]/g, '');
@@ -171,10 +168,19 @@ export class SandboxDriver implements NetworkDriver {
   }
 
   private async completePairing(phone: string): Promise<Record<string, unknown>> {
+    // Checked and claimed in one turn of the event loop: of concurrent scans or codes one pairs,
+    // the others are 409, however long saving the credentials takes.
+    this.requireAwaitingScan();
+    this.state = 'starting';
     clearTimeout(this.qrTimer);
     this.pairing = null;
+    try {
+      await this.ctx.auth.set({ [CREDS.category]: { [CREDS.key]: { phone } } });
+    } catch (err) {
+      if (!this.closed) await this.awaitScan(); // a new QR: the phone may scan again
+      throw err;
+    }
     this.phone = phone;
-    await this.ctx.auth.set({ [CREDS.category]: { [CREDS.key]: { phone } } });
     await this.emitState('connected', { phone });
     return { state: 'connected', phone };
   }
