@@ -10,6 +10,10 @@ export type LocalRuntimeOptions = Omit<SessionWorkerOptions, 'instanceId'>;
 
 export class LocalSessionRuntime implements SessionRuntime {
   private readonly workers = new Map<string, SessionWorker>();
+  // The run-state operations of one instance run one after another, each with its database write.
+  // Interleaved, a disconnect could stop the worker that a later connect had found running,
+  // leaving the instance `stopped` with `paused` false and no session.
+  private readonly lanes = new Map<string, Promise<unknown>>();
 
   constructor(private readonly opts: LocalRuntimeOptions) {}
 
@@ -28,38 +32,46 @@ export class LocalSessionRuntime implements SessionRuntime {
     return true;
   }
 
-  async created(instanceId: string): Promise<void> {
-    await this.startWorker(instanceId);
+  created(instanceId: string): Promise<void> {
+    return this.inLane(instanceId, () => this.startWorker(instanceId));
   }
 
-  async start(instanceId: string): Promise<void> {
-    await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
-    const running = this.workers.get(instanceId);
-    if (running) return running.reconnectIfLoggedOut();
-    await this.startWorker(instanceId);
+  start(instanceId: string): Promise<void> {
+    return this.inLane(instanceId, async () => {
+      await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
+      const running = this.workers.get(instanceId);
+      if (running) return running.reconnectIfLoggedOut();
+      await this.startWorker(instanceId);
+    });
   }
 
-  async stop(instanceId: string): Promise<void> {
-    await this.opts.db('instances').where({ id: instanceId }).update({ paused: true, updated_at: this.opts.db.fn.now() });
-    const worker = this.workers.get(instanceId);
-    this.workers.delete(instanceId);
-    if (worker) await worker.stop({ state: 'stopped', reason: 'paused' });
-    else await this.recordStopped(instanceId);
+  stop(instanceId: string): Promise<void> {
+    return this.inLane(instanceId, async () => {
+      await this.opts.db('instances').where({ id: instanceId }).update({ paused: true, updated_at: this.opts.db.fn.now() });
+      const worker = this.workers.get(instanceId);
+      this.workers.delete(instanceId);
+      if (worker) await worker.stop({ state: 'stopped', reason: 'paused' });
+      else await this.recordStopped(instanceId);
+    });
   }
 
-  async reset(instanceId: string): Promise<void> {
-    const worker = this.workers.get(instanceId);
-    if (worker?.isOwner) return worker.reset();
-    // Not running here: clear the saved session so the next start pairs again.
-    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
-    await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+  reset(instanceId: string): Promise<void> {
+    return this.inLane(instanceId, async () => {
+      const worker = this.workers.get(instanceId);
+      if (worker?.isOwner) return worker.reset();
+      // Not running here: clear the saved session so the next start pairs again.
+      await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+      await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+    });
   }
 
-  async remove(instanceId: string): Promise<void> {
-    const worker = this.workers.get(instanceId);
-    this.workers.delete(instanceId);
-    await worker?.stop();
-    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+  remove(instanceId: string): Promise<void> {
+    return this.inLane(instanceId, async () => {
+      const worker = this.workers.get(instanceId);
+      this.workers.delete(instanceId);
+      await worker?.stop();
+      await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+    });
   }
 
   async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -77,6 +89,14 @@ export class LocalSessionRuntime implements SessionRuntime {
     const workers = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(workers.map((w) => w.stop()));
+  }
+
+  private inLane<T>(instanceId: string, op: () => Promise<T>): Promise<T> {
+    const run = (this.lanes.get(instanceId) ?? Promise.resolve()).then(op);
+    const settled = run.catch(() => undefined);
+    this.lanes.set(instanceId, settled);
+    void settled.then(() => this.lanes.get(instanceId) === settled && this.lanes.delete(instanceId));
+    return run;
   }
 
   private async startWorker(instanceId: string): Promise<void> {

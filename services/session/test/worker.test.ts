@@ -255,6 +255,20 @@ for (const nats of [false, true]) {
       await assert.rejects(runtime.call(instanceId, 'pairing-code', { phone: '5511922223333' }), (e: any) => e.status === 409);
     });
 
+    it('concurrent starts and stops end in the run state of the last one called', async () => {
+      await connect();
+      for (const last of ['stop', 'start'] as const) {
+        // Alternating calls, all in flight at once; the last one called is `last`.
+        const calls = Array.from({ length: 9 }, (_, i) => ((i % 2 === 0) === (last === 'stop') ? runtime.stop(instanceId) : runtime.start(instanceId)));
+        await Promise.all(calls);
+        const row = await instanceRow(env.db, instanceId);
+        assert.equal(row.paused, last === 'stop', `paused after a final ${last}`);
+        assert.equal(Boolean(runtime.worker(instanceId)), last === 'start', `a worker runs after a final ${last}`);
+        if (last === 'stop') assert.equal(row.state, 'stopped');
+        else await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'reconnected with its kept credentials');
+      }
+    });
+
     it('a second runtime waits for the owner lock instead of connecting twice', async () => {
       await connect();
       const other = env.runtime();
