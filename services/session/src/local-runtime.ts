@@ -4,16 +4,14 @@
 import { DbAuthStore, problems, type SessionRuntime } from '@switchboard/core';
 import { recordConnectionState } from './connection-state.ts';
 import { callSessionOp } from './session-ops.ts';
+import { InstanceLanes } from './instance-lanes.ts';
 import { SessionWorker, type SessionWorkerOptions } from './worker.ts';
 
 export type LocalRuntimeOptions = Omit<SessionWorkerOptions, 'instanceId'>;
 
 export class LocalSessionRuntime implements SessionRuntime {
   private readonly workers = new Map<string, SessionWorker>();
-  // The run-state operations of one instance run one after another, each with its database write.
-  // Interleaved, a disconnect could stop the worker that a later connect had found running,
-  // leaving the instance `stopped` with `paused` false and no session.
-  private readonly lanes = new Map<string, Promise<unknown>>();
+  private readonly lanes = new InstanceLanes();
 
   constructor(private readonly opts: LocalRuntimeOptions) {}
 
@@ -33,11 +31,11 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   created(instanceId: string): Promise<void> {
-    return this.inLane(instanceId, () => this.startWorker(instanceId));
+    return this.lanes.run(instanceId, () => this.startWorker(instanceId));
   }
 
   start(instanceId: string): Promise<void> {
-    return this.inLane(instanceId, async () => {
+    return this.lanes.run(instanceId, async () => {
       await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
       const running = this.workers.get(instanceId);
       if (running) return running.reconnectIfLoggedOut();
@@ -46,7 +44,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   stop(instanceId: string): Promise<void> {
-    return this.inLane(instanceId, async () => {
+    return this.lanes.run(instanceId, async () => {
       await this.opts.db('instances').where({ id: instanceId }).update({ paused: true, updated_at: this.opts.db.fn.now() });
       const worker = this.workers.get(instanceId);
       this.workers.delete(instanceId);
@@ -56,7 +54,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   reset(instanceId: string): Promise<void> {
-    return this.inLane(instanceId, async () => {
+    return this.lanes.run(instanceId, async () => {
       const worker = this.workers.get(instanceId);
       if (worker?.isOwner) return worker.reset();
       // Not running here: clear the saved session so the next start pairs again.
@@ -66,7 +64,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   remove(instanceId: string): Promise<void> {
-    return this.inLane(instanceId, async () => {
+    return this.lanes.run(instanceId, async () => {
       const worker = this.workers.get(instanceId);
       this.workers.delete(instanceId);
       await worker?.stop();
@@ -89,14 +87,6 @@ export class LocalSessionRuntime implements SessionRuntime {
     const workers = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(workers.map((w) => w.stop()));
-  }
-
-  private inLane<T>(instanceId: string, op: () => Promise<T>): Promise<T> {
-    const run = (this.lanes.get(instanceId) ?? Promise.resolve()).then(op);
-    const settled = run.catch(() => undefined);
-    this.lanes.set(instanceId, settled);
-    void settled.then(() => this.lanes.get(instanceId) === settled && this.lanes.delete(instanceId));
-    return run;
   }
 
   private async startWorker(instanceId: string): Promise<void> {

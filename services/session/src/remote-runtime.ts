@@ -13,6 +13,7 @@ import {
   type SessionRuntime,
 } from '@switchboard/core';
 import { recordConnectionState } from './connection-state.ts';
+import { InstanceLanes } from './instance-lanes.ts';
 
 export interface RemoteRuntimeOptions {
   db: Db;
@@ -25,35 +26,47 @@ export interface RemoteRuntimeOptions {
 }
 
 export class RemoteSessionRuntime implements SessionRuntime {
+  private readonly lanes = new InstanceLanes();
+
   constructor(private readonly opts: RemoteRuntimeOptions) {}
 
   /** Nothing to do: the operator runs a session pod for every Instance that is not paused, and
    *  the new resource says so already (no bus round trip, so create works while NATS is down). */
   async created(): Promise<void> {}
 
-  async start(instanceId: string): Promise<void> {
-    await this.setPaused(instanceId, false);
-    // When no session runs yet, the one the operator starts reads paused=false itself.
-    await this.tell(instanceId, 'start');
+  // Each operation's database write and the session's answer come before the next operation of
+  // the same instance from this gateway, so the session sees them in the order they were called.
+  start(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, async () => {
+      await this.setPaused(instanceId, false);
+      // When no session runs yet, the one the operator starts reads paused=false itself.
+      await this.tell(instanceId, 'start');
+    });
   }
 
-  async stop(instanceId: string): Promise<void> {
-    await this.setPaused(instanceId, true);
-    if (!(await this.tell(instanceId, 'stop'))) {
-      if (await recordConnectionState(this.opts.db, instanceId, 'stopped', { reason: 'paused' })) this.opts.relay.kick();
-    }
+  stop(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, async () => {
+      await this.setPaused(instanceId, true);
+      if (!(await this.tell(instanceId, 'stop'))) {
+        if (await recordConnectionState(this.opts.db, instanceId, 'stopped', { reason: 'paused' })) this.opts.relay.kick();
+      }
+    });
   }
 
-  async reset(instanceId: string): Promise<void> {
-    if (await this.tell(instanceId, 'reset', true)) return;
-    // No session holds the credentials: clear them here so the next start pairs again.
-    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
-    await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+  reset(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, async () => {
+      if (await this.tell(instanceId, 'reset', true)) return;
+      // No session holds the credentials: clear them here so the next start pairs again.
+      await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+      await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+    });
   }
 
-  async remove(instanceId: string): Promise<void> {
-    await this.tell(instanceId, 'stop');
-    await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+  remove(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, async () => {
+      await this.tell(instanceId, 'stop');
+      await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+    });
   }
 
   async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {

@@ -83,6 +83,26 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
   });
 
+  it('concurrent starts and stops through the gateway end in the run state of the last one called', async () => {
+    const instanceId = await env.createInstance();
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
+    const host = env.runtime();
+    const rpc = await serveSessionRpc(env.bus, instanceId, host);
+    try {
+      await remote.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      for (const last of ['stop', 'start'] as const) {
+        const calls = Array.from({ length: 9 }, (_, i) => ((i % 2 === 0) === (last === 'stop') ? remote.stop(instanceId) : remote.start(instanceId)));
+        await Promise.all(calls);
+        assert.equal((await instanceRow(env.db, instanceId)).paused, last === 'stop', `paused after a final ${last}`);
+        assert.equal(Boolean(host.worker(instanceId)), last === 'start', `the session runs after a final ${last}`);
+      }
+    } finally {
+      await rpc.stop();
+      await host.close();
+    }
+  });
+
   it('the session process serves /health and /ready on HEALTH_PORT (the pod probes), until it stops', async () => {
     const instanceId = await env.createInstance();
     const port = await freePort();

@@ -1,0 +1,15 @@
+// Runs the run-state operations of one instance (start, stop, reset, remove) one after another,
+// each with its database write, while other instances' operations go on. Interleaved, a
+// disconnect could stop the session that a later connect had found running, leaving the instance
+// `stopped` with `paused` false and no session.
+export class InstanceLanes {
+  private readonly tails = new Map<string, Promise<unknown>>();
+
+  run<T>(instanceId: string, op: () => Promise<T>): Promise<T> {
+    const result = (this.tails.get(instanceId) ?? Promise.resolve()).then(op);
+    const tail = result.catch(() => undefined); // a failed operation does not stop the next
+    this.tails.set(instanceId, tail);
+    void tail.then(() => this.tails.get(instanceId) === tail && this.tails.delete(instanceId));
+    return result;
+  }
+}
