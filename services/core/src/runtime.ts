@@ -11,8 +11,13 @@ export interface SessionRuntime {
   stop(instanceId: string): Promise<void>;
   /** Log out and clear the session; a new pairing is required. The instance keeps running. */
   reset(instanceId: string): Promise<void>;
-  /** The instance was deleted: stop everything and forget it. */
-  remove(instanceId: string): Promise<void>;
+  /**
+   * Deletes the instance: stops its session, forgets its credentials, then runs `deleteRecord`
+   * (the Instance resource and the database row), all before the instance's next start, stop or
+   * reset runs, so a connect racing the delete finds no instance instead of starting a session
+   * nobody can stop. Returns what `deleteRecord` returned (false: it was already gone).
+   */
+  remove(instanceId: string, deleteRecord: () => Promise<boolean>): Promise<boolean>;
   /**
    * Calls an operation on the running session: `pairing-code` {phone} → {code},
    * `sandbox.<op>` (DESIGN §6). Rejects with a Problem (409 when not running, 504 on time-out).

@@ -141,9 +141,31 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal(after.status, 200);
         assert.equal(after.body.projectId, null);
         assert.equal((await t.admin.get(`/api/instances/${instance.id}/apps`)).body.data[0].projectId, null);
-        // As for instances, a key names only a project that exists.
+        // As for instances, a key names only a project that exists (the database keeps the reference).
         assertProblem(await t.admin.post(`/api/instances/${instance.id}/apps`, { name: 'Orphan', projectId: project.id }), 404, 'not_found');
         assert.equal((await t.admin.get(`/api/instances/${instance.id}/apps`)).body.data.length, 1);
+      });
+
+      it('a project delete racing creates, moves and keys in it answers no 5xx and leaves nothing in it', async () => {
+        for (let round = 0; round < 3; round++) {
+          const project = (await t.admin.post('/api/projects', { name: `Racing ${round}` })).body;
+          const instance = await createInstance(`Mover ${round}`);
+          const inProject = { projectId: project.id };
+          const [removed, ...others] = await Promise.all([
+            t.admin.delete(`/api/projects/${project.id}`),
+            t.admin.post('/api/instances', { name: `Child ${round}`, ...inProject }),
+            t.admin.post('/api/instances', { name: `Child ${round}b`, ...inProject }),
+            t.admin.patch(`/api/instances/${instance.id}`, inProject),
+            t.admin.post(`/api/instances/${instance.id}/apps`, { name: 'Key', ...inProject }),
+            t.admin.post(`/api/instances/${instance.id}/apps`, { name: 'Key b', ...inProject }),
+          ]);
+          assert.equal(removed.status, 200);
+          for (const r of others) assert.ok(r.status < 500, `${r.status} ${JSON.stringify(r.body)}`);
+          const instances = (await t.admin.get('/api/instances')).body.data;
+          assert.ok(!instances.some((i: any) => i.projectId === project.id), 'no instance in the deleted project');
+          const keys = (await t.admin.get(`/api/instances/${instance.id}/apps`)).body.data;
+          assert.ok(!keys.some((k: any) => k.projectId === project.id), 'no key in the deleted project');
+        }
       });
     });
 
@@ -255,6 +277,25 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         const inst = await createInstance();
         const statuses = (await Promise.all([1, 2, 3, 4, 5].map(() => t.admin.delete(`/api/instances/${inst.id}`)))).map((r) => r.status);
         assert.deepEqual(statuses.sort(), [200, 404, 404, 404, 404]);
+      });
+
+      it('a delete racing connects, edits, keys and pairing codes leaves no session and answers no 5xx', async () => {
+        for (let round = 0; round < 3; round++) {
+          const inst = await createInstance();
+          const base = `/api/instances/${inst.id}`;
+          const [removed, ...others] = await Promise.all([
+            t.admin.delete(base),
+            t.admin.post(`${base}/connect`),
+            t.admin.post(`${base}/connect`),
+            t.admin.patch(base, { name: `Renamed ${round}` }),
+            t.admin.post(`${base}/apps`, { name: 'Racing key' }),
+            t.admin.post(`${base}/pairing-code`, { phone: '5511988887777' }),
+          ]);
+          assert.equal(removed.status, 200);
+          for (const r of others) assert.ok(r.status < 500, `${r.status} ${JSON.stringify(r.body)}`);
+          assert.equal(t.server.runtime.worker(inst.id), undefined, 'no session runs for a deleted instance');
+          assertProblem(await t.admin.get(base), 404);
+        }
       });
     });
 

@@ -36,7 +36,9 @@ export class LocalSessionRuntime implements SessionRuntime {
 
   start(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
-      await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
+      const found = await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
+      // Deleted by an operation that ran first: no session for an instance that no longer exists.
+      if (!found) throw problems.notFound(`Instance ${instanceId}`);
       const running = this.workers.get(instanceId);
       if (running) return running.reconnectIfLoggedOut();
       await this.startWorker(instanceId);
@@ -63,12 +65,13 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
-  remove(instanceId: string): Promise<void> {
+  remove(instanceId: string, deleteRecord: () => Promise<boolean>): Promise<boolean> {
     return this.lanes.run(instanceId, async () => {
       const worker = this.workers.get(instanceId);
       this.workers.delete(instanceId);
       await worker?.stop();
       await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+      return deleteRecord();
     });
   }
 

@@ -4,6 +4,7 @@
 import {
   DbAuthStore,
   Problem,
+  problems,
   RpcError,
   subjects,
   type Bus,
@@ -38,7 +39,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
   // the same instance from this gateway, so the session sees them in the order they were called.
   start(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
-      await this.setPaused(instanceId, false);
+      if (!(await this.setPaused(instanceId, false))) throw problems.notFound(`Instance ${instanceId}`); // deleted by an operation that ran first
       // When no session runs yet, the one the operator starts reads paused=false itself.
       await this.tell(instanceId, 'start');
     });
@@ -62,10 +63,11 @@ export class RemoteSessionRuntime implements SessionRuntime {
     });
   }
 
-  remove(instanceId: string): Promise<void> {
+  remove(instanceId: string, deleteRecord: () => Promise<boolean>): Promise<boolean> {
     return this.lanes.run(instanceId, async () => {
       await this.tell(instanceId, 'stop');
       await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
+      return deleteRecord();
     });
   }
 
@@ -84,8 +86,9 @@ export class RemoteSessionRuntime implements SessionRuntime {
     return this.opts.requestTimeoutMs ?? 10_000;
   }
 
-  private async setPaused(instanceId: string, paused: boolean): Promise<void> {
-    await this.opts.db('instances').where({ id: instanceId }).update({ paused, updated_at: this.opts.db.fn.now() });
+  /** False when the instance no longer exists. */
+  private async setPaused(instanceId: string, paused: boolean): Promise<boolean> {
+    return (await this.opts.db('instances').where({ id: instanceId }).update({ paused, updated_at: this.opts.db.fn.now() })) > 0;
   }
 
   /** Sends a lifecycle op; false when no session answered. Errors of a running session are thrown when `strict`. */

@@ -62,6 +62,14 @@ describe('sandbox driver rules', () => {
     assert.deepEqual(listener.states.filter((s) => s.state === 'connected').map((s) => s.phone), paired);
   });
 
+  it('of concurrent drops one logs out, and the others are 409', async () => {
+    await driver.sandbox('scan', { phone: '5511911110004' });
+    const results = await Promise.allSettled([1, 2, 3].map(() => driver.sandbox('drop', { reason: 'logged_out' })));
+    assert.equal(results.filter((r) => r.status === 'fulfilled').length, 1);
+    for (const r of results) if (r.status === 'rejected') assert.ok(r.reason instanceof Problem && r.reason.status === 409 && r.reason.code === 'not_connected');
+    assert.equal(listener.states.filter((s) => s.state === 'logged_out').length, 1);
+  });
+
   it('pair needs the last issued code', async () => {
     await rejects(driver.sandbox('pair', { code: 'AAAA-BBBB' }), 409, 'no_pairing_code');
     const first = await driver.requestPairingCode('5511933334444');

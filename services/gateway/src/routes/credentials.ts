@@ -6,7 +6,7 @@ import { APP_KEY_PREFIX } from '../http/auth.ts';
 import { issueInstanceToken } from './instances.ts';
 import { AppCreateBody, AppRecord, listOf } from '../schemas.ts';
 import { appRecord } from '../records.ts';
-import { assertProjectExists, deleted, loadInstance } from './common.ts';
+import { assertProjectExists, deleted, loadInstance, withReferences } from './common.ts';
 
 export const credentialRoutes = [
   route({
@@ -63,7 +63,7 @@ export const credentialRoutes = [
       await loadInstance(deps, params.id);
       await assertProjectExists(deps, body.projectId);
       const key = randomToken(APP_KEY_PREFIX);
-      const [row] = await deps.db('app_keys')
+      const insert = deps.db('app_keys')
         .insert({
           id: newId('app'),
           instance_id: params.id,
@@ -73,6 +73,7 @@ export const credentialRoutes = [
           key_hash: deps.crypto.hashToken(key),
         })
         .returning('*');
+      const [row] = await withReferences(insert, body.projectId ? `Instance ${params.id} or project ${body.projectId}` : `Instance ${params.id}`);
       return { status: 201, body: { ...appRecord(row), key }, headers: { 'Cache-Control': 'no-store' } };
     },
   }),

@@ -6,7 +6,7 @@ import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
 import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
 import { instanceRecord } from '../records.ts';
-import { assertProjectExists, deleted, loadInstance } from './common.ts';
+import { assertProjectExists, deleted, loadInstance, withReferences } from './common.ts';
 
 /** A new instance token and the columns that store it (hashed for lookup, sealed for recovery). */
 export function issueInstanceToken(deps: Pick<GatewayDeps, 'crypto'>) {
@@ -47,9 +47,10 @@ export const instanceRoutes = [
     handler: async ({ deps, body }) => {
       await assertProjectExists(deps, body.projectId);
       const { token, columns } = issueInstanceToken(deps);
-      const [row] = await deps.db('instances')
-        .insert({ id: newResourceId('inst'), name: body.name, project_id: body.projectId ?? null, state: 'stopped', paused: false, ...columns })
-        .returning('*');
+      const [row] = await withReferences(
+        deps.db('instances').insert({ id: newResourceId('inst'), name: body.name, project_id: body.projectId ?? null, state: 'stopped', paused: false, ...columns }).returning('*'),
+        `Project ${body.projectId}`,
+      );
       try {
         await mirror(deps, row);
       } catch (err) {
@@ -88,7 +89,8 @@ export const instanceRoutes = [
       if (body.projectId !== undefined) changes.project_id = body.projectId;
       // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
       await mirror(deps, { ...current, name: changes.name ?? current.name, project_id: changes.project_id !== undefined ? changes.project_id : current.project_id });
-      const [row] = await deps.db('instances').where({ id: params.id }).update(changes).returning('*');
+      const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), `Project ${body.projectId}`);
+      if (!row) throw problems.notFound(`Instance ${params.id}`); // deleted meanwhile
       return { body: await instanceRecord(row) };
     },
   }),
@@ -101,10 +103,12 @@ export const instanceRoutes = [
     responses: { 200: 'deleted', 404: 'absent' },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await deps.runtime.remove(params.id);
-      await deps.resources?.delete(params.id);
+      const removed = await deps.runtime.remove(params.id, async () => {
+        await deps.resources?.delete(params.id);
+        return Number(await deps.db('instances').where({ id: params.id }).delete()) > 0;
+      });
       // Of concurrent deletes, the one whose statement removed the row answers 200; the others 404.
-      if (!Number(await deps.db('instances').where({ id: params.id }).delete())) throw problems.notFound(`Instance ${params.id}`);
+      if (!removed) throw problems.notFound(`Instance ${params.id}`);
       return { body: deleted(params.id) };
     },
   }),
@@ -207,6 +211,7 @@ async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {
     .update({ last_pairing_at: new Date() });
   if (!claimed) {
     const row = await deps.db('instances').where({ id }).first('last_pairing_at');
+    if (!row) throw problems.notFound(`Instance ${id}`); // deleted meanwhile
     const waitMs = Math.max(1000, new Date(row.last_pairing_at).getTime() + interval - Date.now());
     throw new Problem(429, 'pairing_rate_limited', 'Only one pairing code per minute may be requested for an instance.', undefined, {
       'Retry-After': String(Math.ceil(waitMs / 1000)),

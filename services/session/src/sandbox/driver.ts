@@ -196,6 +196,7 @@ export class SandboxDriver implements NetworkDriver {
   private async drop(reason: 'connection_lost' | 'logged_out'): Promise<Record<string, unknown>> {
     this.requireConnected();
     if (reason === 'logged_out') {
+      this.state = 'logged_out'; // claimed before the first await: a concurrent drop is 409
       this.stopTimers();
       await this.ctx.auth.clear();
       this.phone = null;

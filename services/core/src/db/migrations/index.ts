@@ -6,6 +6,7 @@ import * as m002 from './002_queue_count.ts';
 import * as m003 from './003_delivery_destination.ts';
 import * as m004 from './004_event_sweep_index.ts';
 import * as m005 from './005_sandbox_receipts_owed.ts';
+import * as m006 from './006_app_key_project.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -18,6 +19,7 @@ const migrations: Record<string, Migration> = {
   '003_delivery_destination': m003,
   '004_event_sweep_index': m004,
   '005_sandbox_receipts_owed': m005,
+  '006_app_key_project': m006,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
