@@ -19,6 +19,8 @@ export async function assertProjectExists(deps: GatewayDeps, projectId: string |
 
 export const deleted = (id: string) => ({ id, deleted: true });
 
+const FOREIGN_KEY_VIOLATION = '23503';
+
 /** A write that names other rows (an instance, a project). If a concurrent delete removed one after
  *  it was checked, the database refuses the reference: that is the 404 of the check, not a 500. */
 export async function withReferences<T>(write: Promise<T>, absent: string): Promise<T> {
@@ -29,5 +31,3 @@ export async function withReferences<T>(write: Promise<T>, absent: string): Prom
     throw err;
   }
 }
-
-const FOREIGN_KEY_VIOLATION = '23503';
