@@ -290,9 +290,12 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
             t.admin.patch(base, { name: `Renamed ${round}` }),
             t.admin.post(`${base}/apps`, { name: 'Racing key' }),
             t.admin.post(`${base}/pairing-code`, { phone: '5511988887777' }),
+            t.admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511988887777' }),
           ]);
           assert.equal(removed.status, 200);
           for (const r of others) assert.ok(r.status < 500, `${r.status} ${JSON.stringify(r.body)}`);
+          // A call that finds no session because the delete stopped it says the instance is gone.
+          for (const r of others) assert.notEqual(r.body?.code, 'instance_not_running');
           assert.equal(t.server.runtime.worker(inst.id), undefined, 'no session runs for a deleted instance');
           assertProblem(await t.admin.get(base), 404);
         }

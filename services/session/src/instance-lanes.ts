@@ -12,4 +12,10 @@ export class InstanceLanes {
     void tail.then(() => this.tails.get(instanceId) === tail && this.tails.delete(instanceId));
     return result;
   }
+
+  /** Resolves once the operations queued so far for the instance have finished (a call to its
+   *  session waits for them, so it sees the outcome of a delete or stop already under way). */
+  idle(instanceId: string): Promise<void> {
+    return (this.tails.get(instanceId) ?? Promise.resolve()).then(() => undefined);
+  }
 }

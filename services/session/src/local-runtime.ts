@@ -76,6 +76,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    await this.lanes.idle(instanceId);
     const worker = this.workers.get(instanceId);
     if (!worker) throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
     return callSessionOp(worker, op, body);

@@ -72,6 +72,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
   }
 
   async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    await this.lanes.idle(instanceId);
     try {
       const reply = await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from(JSON.stringify(body ?? {})), this.timeoutMs());
       return JSON.parse(Buffer.from(reply).toString('utf8')) as Record<string, unknown>;

@@ -1,5 +1,5 @@
 // Small lookups shared by several route modules.
-import { problems } from '@switchboard/core';
+import { Problem, problems } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { Principal } from '../http/auth.ts';
 
@@ -28,6 +28,17 @@ export async function withReferences<T>(write: Promise<T>, absent: string): Prom
     return await write;
   } catch (err) {
     if ((err as { code?: string }).code === FOREIGN_KEY_VIOLATION) throw problems.notFound(absent);
+    throw err;
+  }
+}
+
+/** Calls the instance's session. "Not running" because the instance was deleted meanwhile is the
+ *  404 of a deleted instance, not "connect it first". */
+export async function callSession(deps: GatewayDeps, id: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+  try {
+    return await deps.runtime.call(id, op, body);
+  } catch (err) {
+    if (err instanceof Problem && err.code === 'instance_not_running') await loadInstance(deps, id); // 404 when gone
     throw err;
   }
 }

@@ -6,7 +6,7 @@ import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
 import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
 import { instanceRecord } from '../records.ts';
-import { assertProjectExists, deleted, loadInstance, withReferences } from './common.ts';
+import { assertProjectExists, callSession, deleted, loadInstance, withReferences } from './common.ts';
 
 /** A new instance token and the columns that store it (hashed for lookup, sealed for recovery). */
 export function issueInstanceToken(deps: Pick<GatewayDeps, 'crypto'>) {
@@ -172,7 +172,7 @@ export const instanceRoutes = [
           await mirror(deps, { ...row, paused: false });
           await deps.runtime.start(params.id);
         }
-        reply = await deps.runtime.call(params.id, 'pairing-code', { phone: body.phone });
+        reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
       } catch (err) {
         // No code was issued: the client may ask again at once. A disconnected instance that its
         // session says needs no pairing (it connected with its kept credentials) is paused again:

@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { route } from '../http/route.ts';
 import type { Route } from '../http/route.ts';
-import { loadInstance } from './common.ts';
+import { callSession, loadInstance } from './common.ts';
 
 const Phone = z.string().regex(/^\d{8,15}$/, 'phone digits with country code (8-15)');
 const bodies = {
@@ -42,7 +42,7 @@ export function sandboxRoutes(): Route[] {
       responses: { 200: z.record(z.string(), z.unknown()), 409: 'not possible in this state' },
       handler: async ({ deps, params, body }) => {
         await loadInstance(deps, params.id);
-        return { body: await deps.runtime.call(params.id, `sandbox.${op}`, body) };
+        return { body: await callSession(deps, params.id, `sandbox.${op}`, body) };
       },
     }),
   );
