@@ -13,7 +13,7 @@ export interface SessionRuntime {
   reset(instanceId: string): Promise<void>;
   /**
    * Deletes the instance: stops its session, forgets its credentials, then runs `deleteRecord`
-   * (the Instance resource and the database row), all before the instance's next start, stop or
+   * (deletes the database row), all before the instance's next start, stop or
    * reset runs, so a connect racing the delete finds no instance instead of starting a session
    * nobody can stop. Returns what `deleteRecord` returned (false: it was already gone).
    */

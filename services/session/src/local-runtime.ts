@@ -19,15 +19,18 @@ export class LocalSessionRuntime implements SessionRuntime {
    *  session for each: connected ones reconnect without a scan, the others wait for one. */
   async resumeAll(): Promise<void> {
     const ids = (await this.opts.db('instances').where({ paused: false }).pluck('id')) as string[];
-    for (const id of ids) await this.startWorker(id);
+    for (const id of ids) await this.resume(id);
   }
 
-  /** Starts the worker of one instance if it is not paused (a cluster session process). */
-  async resume(instanceId: string): Promise<boolean> {
-    const row = await this.opts.db('instances').where({ id: instanceId }).first('paused');
-    if (!row || row.paused) return false;
-    await this.startWorker(instanceId);
-    return true;
+  /** Starts the worker of one instance if it is not paused (a cluster session process). In the
+   *  instance's lane, reading the row there: requests served meanwhile may have paused or deleted it. */
+  resume(instanceId: string): Promise<boolean> {
+    return this.lanes.run(instanceId, async () => {
+      const row = await this.opts.db('instances').where({ id: instanceId }).first('paused');
+      if (!row || row.paused) return false;
+      await this.startWorker(instanceId);
+      return true;
+    });
   }
 
   created(instanceId: string): Promise<void> {

@@ -269,6 +269,20 @@ for (const nats of [false, true]) {
       }
     });
 
+    it('a delete or stop served while the server resumes its instances is not undone by the resume', async () => {
+      const ids: string[] = [];
+      for (let i = 0; i < 12; i++) ids.push(await env.createInstance({ paused: false }));
+      const [deletedId, stoppedId] = ids.slice(-2);
+      const resuming = runtime.resumeAll();
+      await until(async () => Boolean(runtime.worker(ids[0])), 'the resume under way');
+      assert.equal(await runtime.remove(deletedId, async () => Number(await env.db('instances').where({ id: deletedId }).delete()) > 0), true);
+      await runtime.stop(stoppedId);
+      await resuming;
+      assert.equal(runtime.worker(deletedId), undefined, 'no session for the deleted instance');
+      assert.equal(runtime.worker(stoppedId), undefined, 'no session for the stopped instance');
+      assert.equal((await instanceRow(env.db, stoppedId)).paused, true);
+    });
+
     it('a second runtime waits for the owner lock instead of connecting twice', async () => {
       await connect();
       const other = env.runtime();

@@ -103,12 +103,13 @@ export const instanceRoutes = [
     responses: { 200: 'deleted', 404: 'absent' },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      const removed = await deps.runtime.remove(params.id, async () => {
-        await deps.resources?.delete(params.id);
-        return Number(await deps.db('instances').where({ id: params.id }).delete()) > 0;
-      });
+      // The resource first: if Kubernetes is unavailable (503) nothing has changed yet.
+      await deps.resources?.delete(params.id);
+      const removed = await deps.runtime.remove(params.id, async () => Number(await deps.db('instances').where({ id: params.id }).delete()) > 0);
       // Of concurrent deletes, the one whose statement removed the row answers 200; the others 404.
-      if (!removed) throw problems.notFound(`Instance ${params.id}`);
+      // In cluster mode the operator's finalizer may delete the row first, so there the resource
+      // delete having succeeded is the answer.
+      if (!removed && !deps.resources) throw problems.notFound(`Instance ${params.id}`);
       return { body: deleted(params.id) };
     },
   }),
