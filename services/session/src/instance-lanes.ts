@@ -18,4 +18,9 @@ export class InstanceLanes {
   idle(instanceId: string): Promise<void> {
     return (this.tails.get(instanceId) ?? Promise.resolve()).then(() => undefined);
   }
+
+  /** Resolves once every instance's queued operations have finished. */
+  async idleAll(): Promise<void> {
+    await Promise.all(this.tails.values());
+  }
 }

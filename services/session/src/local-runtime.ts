@@ -12,6 +12,7 @@ export type LocalRuntimeOptions = Omit<SessionWorkerOptions, 'instanceId'>;
 export class LocalSessionRuntime implements SessionRuntime {
   private readonly workers = new Map<string, SessionWorker>();
   private readonly lanes = new InstanceLanes();
+  private closed = false;
 
   constructor(private readonly opts: LocalRuntimeOptions) {}
 
@@ -91,13 +92,16 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   async close(): Promise<void> {
+    // Operations already queued finish first and start nothing new: no worker outlives the runtime.
+    this.closed = true;
+    await this.lanes.idleAll();
     const workers = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(workers.map((w) => w.stop()));
   }
 
   private async startWorker(instanceId: string): Promise<void> {
-    if (this.workers.has(instanceId)) return;
+    if (this.closed || this.workers.has(instanceId)) return;
     const worker = new SessionWorker({ ...this.opts, instanceId });
     this.workers.set(instanceId, worker);
     await worker.start();

@@ -283,6 +283,14 @@ for (const nats of [false, true]) {
       assert.equal((await instanceRow(env.db, stoppedId)).paused, true);
     });
 
+    it('a start accepted just before the runtime closes starts no session', async () => {
+      const other = env.runtime();
+      const starting = other.start(instanceId);
+      await other.close();
+      await starting;
+      assert.equal(other.worker(instanceId), undefined);
+    });
+
     it('a second runtime waits for the owner lock instead of connecting twice', async () => {
       await connect();
       const other = env.runtime();
