@@ -1,5 +1,6 @@
 // Which network addresses webhooks may reach: public unicast only. Used at save time (gateway)
 // and at connect time (dispatcher egress, which also covers DNS rebinding).
+import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 
 /** Ranges that are not publicly routable unicast: loopback, private, link-local, CGNAT, multicast… */
@@ -53,4 +54,9 @@ const PRIVATE_NAME = /(^|\.)(localhost|local|localdomain|internal|intranet|lan|h
 /** Host names that can only be private (checked at save time; resolution is checked at connect). */
 export function isPrivateHostName(host: string): boolean {
   return PRIVATE_NAME.test(host.replace(/\.$/, '')) || !host.includes('.');
+}
+
+/** Every address a host name resolves to, as the system resolver returns them. */
+export async function resolveHostAddresses(host: string): Promise<string[]> {
+  return (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
 }

@@ -3,11 +3,10 @@
 // dialled, so a hostname that resolves to a private address at delivery time (DNS rebinding) is
 // refused just like an IP literal. Redirects are never followed; the response body is read up to
 // a cap and discarded.
-import { lookup } from 'node:dns/promises';
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
 import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici';
-import { isPublicAddress } from '@switchboard/core';
+import { isPublicAddress, resolveHostAddresses } from '@switchboard/core';
 import { RecentValues } from './recent-values.ts';
 
 export { isPublicAddress };
@@ -51,11 +50,6 @@ export interface EgressClient {
 const DEFAULT_TIMEOUT_MS = 15_000;
 const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024;
 
-async function resolveAll(hostname: string): Promise<string[]> {
-  const answers = await lookup(hostname, { all: true, verbatim: true });
-  return answers.map((a) => a.address);
-}
-
 /** Checks a URL before any connection: https, and port 443 unless private targets are allowed. */
 export function checkWebhookUrl(url: string, allowPrivateTargets: boolean): URL {
   let parsed: URL;
@@ -76,7 +70,7 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
   const allowPrivate = opts.allowPrivateTargets ?? false;
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const maxBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
-  const resolve = opts.resolve ?? resolveAll;
+  const resolve = opts.resolve ?? resolveHostAddresses;
   const targets = new RecentValues((url) => checkWebhookUrl(url, allowPrivate));
   const agent = new Agent({
     connect: checkedConnector(resolve, allowPrivate, timeoutMs),

@@ -1,8 +1,7 @@
 // Save-time rules for webhook destinations (spec: "public HTTPS URL on port 443, or empty").
 // Addresses are checked again at connect time by the dispatcher, which covers DNS rebinding.
-import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
-import { isPrivateHostName, isPublicAddress } from '@switchboard/core';
+import { isPrivateHostName, isPublicAddress, resolveHostAddresses } from '@switchboard/core';
 
 /** Returns why `value` is not an acceptable destination, or undefined when it is. */
 export function webhookUrlProblem(value: string, allowPrivateTargets: boolean): string | undefined {
@@ -25,15 +24,13 @@ export function webhookUrlProblem(value: string, allowPrivateTargets: boolean): 
 
 export type ResolveHost = (host: string) => Promise<string[]>;
 
-const resolveAll: ResolveHost = async (host) => (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
-
 /**
  * Save-time resolution (DESIGN §5: a non-public destination is a 400 at save time): a host name
  * with any non-public address is refused now, rather than accepted and never delivered to. A name
  * that does not resolve (yet, or within `timeoutMs`) is accepted: the dispatcher resolves again
  * before every connection. Call it only for URLs webhookUrlProblem accepted.
  */
-export async function resolvedHostProblem(value: string, allowPrivateTargets: boolean, resolve: ResolveHost = resolveAll, timeoutMs = 2000): Promise<string | undefined> {
+export async function resolvedHostProblem(value: string, allowPrivateTargets: boolean, resolve: ResolveHost = resolveHostAddresses, timeoutMs = 2000): Promise<string | undefined> {
   if (value === '' || allowPrivateTargets) return undefined;
   const host = new URL(value).hostname;
   if (isIP(host.replace(/^\[|\]$/g, ''))) return undefined; // an address is judged as written

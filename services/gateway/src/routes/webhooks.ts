@@ -25,7 +25,7 @@ async function lockInstance(trx: Db, id: string): Promise<any> {
 }
 
 async function validateDestinations(body: z.infer<typeof WebhookBody>, allowPrivate: boolean): Promise<Record<string, string>> {
-  if (body.format !== undefined && body.format !== 'native') {
+  if (body.format === 'legacy') {
     throw new Problem(422, 'unsupported_format', 'Only the "native" webhook format is supported.', [{ path: 'format', message: 'must be "native"' }]);
   }
   const errors: FieldProblem[] = [];
