@@ -79,11 +79,14 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
-  async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
-    await this.lanes.idle(instanceId);
-    const worker = this.workers.get(instanceId);
-    if (!worker) throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
-    return callSessionOp(worker, op, body);
+  /** In the instance's lane too: a pairing that is still saving its credentials when a reset or
+   *  delete is called would otherwise save them after the reset cleared them. */
+  call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    return this.lanes.run(instanceId, async () => {
+      const worker = this.workers.get(instanceId);
+      if (!worker) throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
+      return callSessionOp(worker, op, body);
+    });
   }
 
   /** The worker of an instance (tests, diagnostics). */

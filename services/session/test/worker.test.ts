@@ -269,6 +269,23 @@ for (const nats of [false, true]) {
       }
     });
 
+    it('a reset called after a scan wins, even while the scan is still saving its credentials', async () => {
+      await runtime.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      // An uncommitted row with the same key makes the scan's credential write wait for it.
+      const blocker = await env.db.transaction();
+      await blocker('auth_state').insert({ instance_id: instanceId, category: 'sandbox', key_id: 'creds', value_sealed: 'x' });
+      const scanning = runtime.call(instanceId, 'sandbox.scan', { phone: '5511900002222' });
+      const resetting = runtime.reset(instanceId);
+      await until(async () => Boolean(await env.db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%auth_state%').first()), 'the scan waits to save its credentials');
+      await Promise.race([resetting, new Promise((r) => setTimeout(r, 300))]); // a reset that does not wait for the scan ends here
+      await blocker.rollback();
+      await Promise.allSettled([scanning, resetting]);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan after the reset');
+      const saved = await env.db('auth_state').where({ instance_id: instanceId }).count({ n: '*' }).first();
+      assert.equal(Number(saved!.n), 0, 'no credentials survive the reset');
+    });
+
     it('a delete or stop served while the server resumes its instances is not undone by the resume', async () => {
       const ids: string[] = [];
       for (let i = 0; i < 12; i++) ids.push(await env.createInstance({ paused: false }));
