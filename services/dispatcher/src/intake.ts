@@ -57,12 +57,12 @@ type Routable = Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>;
 
 /** Routes one event and writes its delivery row (at most once per event). */
 export async function routeAndRecord(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelope: Routable): Promise<IntakeResult> {
-  return (await routeAndRecordEach(deps, [envelope]))[0];
+  return (await routeAndRecordBatch(deps, [envelope]))[0];
 }
 
 /** routeAndRecord for a batch of events: one query for the instances' configuration, one for
  *  the delivery rows. */
-async function routeAndRecordEach(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelopes: Routable[]): Promise<IntakeResult[]> {
+export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelopes: Routable[]): Promise<IntakeResult[]> {
   const { existing, instances, awaitingClaim } = await routeBatch(deps, envelopes);
   return envelopes.map((e) =>
     !instances.has(e.instanceId) ? 'duplicate_or_missing_instance' : awaitingClaim.has(e.id) ? 'awaiting_claim' : existing.has(e.id) ? 'recorded' : 'event_missing',
@@ -120,7 +120,7 @@ class LeasePlanner {
 }
 
 /**
- * Groups the events that bus handlers route concurrently into batches (routeAndRecordEach): a
+ * Groups the events that bus handlers route concurrently into batches (routeAndRecordBatch): a
  * batch starts at once when none is under way, and the events arriving meanwhile form the next
  * one. Each caller learns whether its own event exists, as routeAndRecord tells it.
  */
@@ -128,7 +128,7 @@ export class IntakeBatcher {
   private readonly writer: CallBatcher<EventEnvelope, IntakeResult>;
 
   constructor(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, maxBatch = 256) {
-    this.writer = new CallBatcher((envelopes) => routeAndRecordEach(deps, envelopes), maxBatch);
+    this.writer = new CallBatcher((envelopes) => routeAndRecordBatch(deps, envelopes), maxBatch);
   }
 
   route(envelope: EventEnvelope): Promise<IntakeResult> {
@@ -160,7 +160,7 @@ export async function sweepUnroutedEvents(deps: Pick<IntakeDeps, 'db' | 'schedul
       else deps.log.warn({ eventId: event.id }, 'dispatcher: event body is not an envelope; not delivered');
     }
     // One batch at a time, and the scheduler starts on each while the next one is routed.
-    const results = await routeAndRecordEach(deps, envelopes);
+    const results = await routeAndRecordBatch(deps, envelopes);
     routed += results.filter((r) => r === 'awaiting_claim' || r === 'recorded').length;
     if (results.includes('awaiting_claim')) deps.onPending?.();
     if (events.length < batchSize) return routed;

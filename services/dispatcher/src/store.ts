@@ -212,7 +212,7 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
   if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [] };
   const pending = (d: NewDelivery) => d.status === 'pending';
   // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
-  const result = await db.raw(
+  const write = () => db.raw(
     `WITH v AS (
        SELECT t.*, e.instance_id AS event_instance_id, e.body, e.trace_context
        FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
@@ -244,6 +244,7 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
       deliveries.map((d) => (pending(d) ? (d.leaseMs ?? null) : null)),
     ] as Knex.RawBinding[],
   ).options(prepared('dispatcher_insert_deliveries'));
+  const result = await againAfterDeletes(write);
   const existing = new Set<string>();
   const inserted = new Set<string>();
   const claimed: ClaimedDelivery[] = [];
@@ -262,6 +263,19 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
     });
   }
   return { existing, inserted, claimed };
+}
+
+/** Runs a statement again when an instance delete removed rows it saw (23503 on its foreign-key
+ *  check): the next run's snapshot no longer holds them, so one deleted instance does not fail,
+ *  and send back to the bus, the whole batch of other instances' events. */
+async function againAfterDeletes<T>(statement: () => Promise<T>, tries = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await statement();
+    } catch (err) {
+      if ((err as { code?: string }).code !== '23503' || attempt >= tries) throw err;
+    }
+  }
 }
 
 /** The instances' webhook configuration and settings, as routing needs them, in one query

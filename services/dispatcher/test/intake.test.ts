@@ -7,7 +7,8 @@ import type { Knex } from 'knex';
 import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { startDispatcher, type Dispatcher } from '../src/index.ts';
-import { createInstance, deleteNamespaceStreams, FAST_SCHEDULE, crypto, log, openTestDatabase, recordTestEvent, waitForStatus } from './support.ts';
+import { routeAndRecordBatch } from '../src/intake.ts';
+import { createInstance, deleteNamespaceStreams, FAST_SCHEDULE, crypto, log, openTestDatabase, recordTestEvent, waitFor, waitForStatus } from './support.ts';
 
 describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
   this.timeout(30_000);
@@ -108,5 +109,20 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     for (const e of lost) await waitForStatus(db, e.id, 'delivered');
     const ids = receiver.requests.filter((r) => r.path === '/sweep').map((r) => r.headers['x-service-event-id']);
     assert.deepEqual(new Set(ids), new Set(lost.map((e) => e.id)));
+  });
+
+  it('routes a batch that races the delete of an instance: the others are written, the deleted events skipped', async () => {
+    const kept = await createInstance(db, { webhook: { url: receiver.url('/kept') } });
+    const doomed = await createInstance(db, { webhook: { url: receiver.url('/doomed') } });
+    const keptEvent = await recordTestEvent(db, kept.id);
+    const doomedEvent = await recordTestEvent(db, doomed.id);
+    // The delete is under way (its rows still visible to others) while the batch is written.
+    const deleting = await db.transaction();
+    await deleting('instances').where({ id: doomed.id }).delete();
+    const routing = routeAndRecordBatch({ db, schedule: FAST_SCHEDULE }, [keptEvent, doomedEvent]);
+    await waitFor('the batch to wait for the delete', () => db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%deliveries%').first());
+    await deleting.commit();
+    assert.deepEqual(await routing, ['awaiting_claim', 'event_missing']);
+    assert.equal((await db('deliveries').where({ event_id: keptEvent.id }).first())?.status, 'pending');
   });
 });
