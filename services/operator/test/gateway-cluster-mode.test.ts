@@ -52,6 +52,19 @@ describe('gateway process in cluster mode (fake Kubernetes API)', function () {
     assert.equal(resource(id), undefined);
   });
 
+  it('a rename racing a connect or disconnect changes neither the run state nor the name the other set', async () => {
+    const { id } = (await admin.post('/api/instances', { name: 'Racing line' })).body;
+    for (let round = 0; round < 6; round++) {
+      const paused = round % 2 === 0;
+      const [renamed, toggled] = await Promise.all([admin.patch(`/api/instances/${id}`, { name: `Line ${round}` }), admin.post(`/api/instances/${id}/${paused ? 'disconnect' : 'connect'}`)]);
+      assert.deepEqual([renamed.status, toggled.status], [200, 200]);
+      assert.deepEqual(resource(id)?.spec, { displayName: `Line ${round}`, paused }, `round ${round}`);
+      const record = (await admin.get(`/api/instances/${id}`)).body;
+      assert.deepEqual([record.name, record.paused], [`Line ${round}`, paused]);
+    }
+    await admin.delete(`/api/instances/${id}`);
+  });
+
   it('answers 503 while the Kubernetes API is unavailable and keeps the records unchanged', async () => {
     const kept = (await admin.post('/api/instances', { name: 'Kept line' })).body;
     fake.setUnavailable(true);

@@ -1,5 +1,6 @@
 // The gateway's cluster-mode writer (services/gateway/src/kubernetes/instance-resources.ts)
-// against the fake API server: server-side apply with field manager `gateway`, reset and delete,
+// against the fake API server: server-side apply with field manager `gateway`, per-operation merge
+// patches, reset and delete,
 // and a clear 503 problem while the Kubernetes API is unavailable.
 import assert from 'node:assert/strict';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
@@ -44,6 +45,22 @@ describe('gateway: KubernetesInstanceResources', () => {
     );
     await resources.apply({ id: 'inst-a', name: 'Gateway name', projectId: null, paused: true });
     assert.equal(get('inst-a')!.spec.displayName, 'Gateway name');
+  });
+
+  it('updates only the fields of one operation, and applies a missing resource whole', async () => {
+    await resources.apply({ id: 'inst-u', name: 'Before', projectId: 'proj-1', paused: false });
+    // Each call carries values read before the other's: neither may write them back.
+    await resources.update({ id: 'inst-u', name: 'Before', projectId: 'proj-1', paused: true }, 'runState');
+    await resources.update({ id: 'inst-u', name: 'After', projectId: null, paused: false }, 'naming');
+    assert.deepEqual(get('inst-u')!.spec, { displayName: 'After', paused: true });
+    await resources.update({ id: 'inst-u', name: 'Before', projectId: 'proj-2', paused: false }, 'runState');
+    assert.deepEqual(get('inst-u')!.spec, { displayName: 'After', paused: false });
+
+    await resources.update({ id: 'inst-new', name: 'Made by an update', projectId: 'proj-2', paused: true }, 'runState');
+    assert.deepEqual(get('inst-new')!.spec, { displayName: 'Made by an update', projectRef: 'proj-2', paused: true });
+    assert.equal(get('inst-new')!.metadata.labels['switchboard.dev/origin'], 'api');
+    await resources.delete('inst-u');
+    await resources.delete('inst-new');
   });
 
   it('requests a reset without touching the other fields, and deletes idempotently', async () => {

@@ -1,7 +1,7 @@
 // Cluster mode: the gateway writes the desired run state of each instance to its Instance
-// resource (crds/instances.switchboard.dev.yaml); the operator does the rest. Writes use
-// server-side apply with field manager `gateway`, so the gateway owns exactly the fields it sets
-// and never overwrites the operator's status. When the Kubernetes API cannot be reached the
+// resource (crds/instances.switchboard.dev.yaml); the operator does the rest. The resource is
+// created by server-side apply with field manager `gateway`, then each operation merge-patches
+// only its own fields; neither ever overwrites the operator's status. When the Kubernetes API cannot be reached the
 // operations fail fast with a 503 problem `kubernetes_unavailable`; everything else the gateway
 // does keeps working.
 import { readFileSync } from 'node:fs';
@@ -50,7 +50,7 @@ export class KubernetesInstanceResources {
     return new KubernetesInstanceResources(kubeConfig.makeApiClient(CustomObjectsApi), namespace, options);
   }
 
-  /** Creates or updates the Instance (on create, rename, connect, disconnect). */
+  /** Creates the Instance, or sets every field the gateway owns (on create). */
   async apply(instance: InstanceDesiredState): Promise<void> {
     const body = {
       apiVersion: `${GROUP}/${VERSION}`,
@@ -67,17 +67,21 @@ export class KubernetesInstanceResources {
     );
   }
 
+  /**
+   * Changes only the fields of one operation: the name and project (rename) or `paused` (connect,
+   * disconnect). A whole apply would also write the other fields as the request read them, so a
+   * rename racing a disconnect could set `paused` back to false, and the operator would follow.
+   * A resource that does not exist is applied whole.
+   */
+  async update(instance: InstanceDesiredState, change: 'naming' | 'runState'): Promise<void> {
+    const spec = change === 'runState' ? { paused: instance.paused } : { displayName: instance.name, projectRef: instance.projectId };
+    if (!(await this.mergePatch(instance.id, { spec }))) await this.apply(instance);
+  }
+
   /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */
   async requestReset(id: string, now = new Date()): Promise<void> {
-    // A merge patch, not an apply: an apply of this one field would drop the others the gateway owns.
     // Milliseconds kept: a second reset within the same second must still be a new request.
-    const body = { spec: { resetRequestedAt: now.toISOString() } };
-    await this.call(() =>
-      this.api.patchNamespacedCustomObject(
-        { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id, body, fieldManager: FIELD_MANAGER },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      ),
-    );
+    if (!(await this.mergePatch(id, { spec: { resetRequestedAt: now.toISOString() } }))) throw notYetCreated();
   }
 
   /** Deletes the Instance; the operator stops the session and removes the records. Idempotent. */
@@ -85,19 +89,34 @@ export class KubernetesInstanceResources {
     await this.call(() => this.api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id }), [404]);
   }
 
-  private async call(op: () => Promise<unknown>, ignore: number[] = []): Promise<void> {
+  /** A merge patch, not an apply: an apply of some fields would drop the others the gateway owns
+   *  (`null` removes a field). False when the resource does not exist. */
+  private mergePatch(id: string, body: { spec: Record<string, unknown> }): Promise<boolean> {
+    return this.call(
+      () =>
+        this.api.patchNamespacedCustomObject(
+          { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id, body, fieldManager: FIELD_MANAGER },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
+      [404],
+    );
+  }
+
+  /** False when the call failed with one of the `ignore` statuses. */
+  private async call(op: () => Promise<unknown>, ignore: number[] = []): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(unavailable()), this.timeoutMs);
     });
     try {
       await Promise.race([op(), timeout]);
+      return true;
     } catch (err) {
       if (err instanceof Problem) throw err;
       const status = statusOf(err);
-      if (status !== undefined && ignore.includes(status)) return;
+      if (status !== undefined && ignore.includes(status)) return false;
       if (status === undefined || status === 429 || status >= 500) throw unavailable();
-      if (status === 404) throw new Problem(503, 'kubernetes_unavailable', 'The instance resource does not exist in the cluster yet; retry shortly.', undefined, { 'Retry-After': '5' });
+      if (status === 404) throw notYetCreated();
       throw new Problem(500, 'kubernetes_error', `The Kubernetes API refused the change (HTTP ${status}).`);
     } finally {
       clearTimeout(timer);
@@ -107,6 +126,10 @@ export class KubernetesInstanceResources {
 
 function unavailable(): Problem {
   return new Problem(503, 'kubernetes_unavailable', 'The Kubernetes API is not reachable right now; retry shortly.', undefined, { 'Retry-After': '5' });
+}
+
+function notYetCreated(): Problem {
+  return new Problem(503, 'kubernetes_unavailable', 'The instance resource does not exist in the cluster yet; retry shortly.', undefined, { 'Retry-After': '5' });
 }
 
 function statusOf(err: unknown): number | undefined {

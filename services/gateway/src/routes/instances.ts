@@ -18,9 +18,11 @@ async function reload(deps: GatewayDeps, id: string) {
   return instanceRecord(await loadInstance(deps, id));
 }
 
-/** Cluster mode mirrors the desired run state into the Instance resource. */
-async function mirror(deps: GatewayDeps, row: any): Promise<void> {
-  await deps.resources?.apply({ id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) });
+/** Cluster mode mirrors the instance into its Instance resource: whole when it is created, then
+ *  only the fields an operation changes (`naming` or `runState`). */
+async function mirror(deps: GatewayDeps, row: any, change?: 'naming' | 'runState'): Promise<void> {
+  const desired = { id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) };
+  await (change ? deps.resources?.update(desired, change) : deps.resources?.apply(desired));
 }
 
 export const instanceRoutes = [
@@ -88,7 +90,7 @@ export const instanceRoutes = [
       if (body.name !== undefined) changes.name = body.name;
       if (body.projectId !== undefined) changes.project_id = body.projectId;
       // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
-      await mirror(deps, { ...current, name: changes.name ?? current.name, project_id: changes.project_id !== undefined ? changes.project_id : current.project_id });
+      await mirror(deps, { ...current, name: changes.name ?? current.name, project_id: changes.project_id !== undefined ? changes.project_id : current.project_id }, 'naming');
       const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), `Project ${body.projectId}`);
       if (!row) throw problems.notFound(`Instance ${params.id}`); // deleted meanwhile
       return { body: await instanceRecord(row) };
@@ -122,7 +124,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       const row = await loadInstance(deps, params.id);
-      await mirror(deps, { ...row, paused: false });
+      await mirror(deps, { ...row, paused: false }, 'runState');
       await deps.runtime.start(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -136,7 +138,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       const row = await loadInstance(deps, params.id);
-      await mirror(deps, { ...row, paused: true });
+      await mirror(deps, { ...row, paused: true }, 'runState');
       await deps.runtime.stop(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -170,7 +172,7 @@ export const instanceRoutes = [
       let reply: Record<string, unknown>;
       try {
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
-          await mirror(deps, { ...row, paused: false });
+          await mirror(deps, { ...row, paused: false }, 'runState');
           await deps.runtime.start(params.id);
         }
         reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
@@ -195,7 +197,7 @@ function needsNoPairing(err: unknown): boolean {
 
 async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   try {
-    await mirror(deps, { ...(await loadInstance(deps, id)), paused: true });
+    await mirror(deps, { ...(await loadInstance(deps, id)), paused: true }, 'runState');
     await deps.runtime.stop(id);
   } catch (err) {
     deps.log.warn({ instanceId: id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');
