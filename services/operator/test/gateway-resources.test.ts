@@ -1,7 +1,6 @@
 // The gateway's cluster-mode writer (services/gateway/src/kubernetes/instance-resources.ts)
 // against the fake API server: server-side apply with field manager `gateway`, per-operation merge
-// patches, reset and delete,
-// and a clear 503 problem while the Kubernetes API is unavailable.
+// patches, reset and delete, and a clear 503 problem while the Kubernetes API is unavailable.
 import assert from 'node:assert/strict';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
