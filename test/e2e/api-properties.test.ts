@@ -50,21 +50,23 @@ describe('API properties from the OpenAPI document', function () {
     return { mediaType, validate };
   }
 
-  async function call(op: Operation, id: string, segment: string, body: unknown): Promise<void> {
+  async function call(op: Operation, id: string, segment: string, body: unknown, request: { credential?: string | null; query?: string } = {}): Promise<void> {
     // Deleting or resetting the shared instance would only test 404s afterwards: use a fresh one.
     if (op.path === '/api/instances/{id}' && op.method === 'delete' && id === instanceId) {
       id = (await t.admin.post('/api/instances', { name: 'Throwaway' })).body.id;
     }
-    const path = op.path.replace('{id}', encodeURIComponent(id)).replace(/\{\w+\}/g, encodeURIComponent(segment));
+    const path = op.path.replace('{id}', encodeURIComponent(id)).replace(/\{\w+\}/g, encodeURIComponent(segment)) + (request.query ?? '');
     const withBody = !['get', 'delete'].includes(op.method) && body !== undefined;
+    const credential = request.credential === undefined ? t.adminKey : request.credential;
     const res = await fetch(t.url + path, {
       method: op.method.toUpperCase(),
-      headers: { authorization: `Bearer ${t.adminKey}`, ...(withBody ? { 'content-type': 'application/json' } : {}) },
+      headers: { ...(credential === null ? {} : { authorization: `Bearer ${credential}` }), ...(withBody ? { 'content-type': 'application/json' } : {}) },
       body: withBody ? JSON.stringify(body) : undefined,
     });
     const text = await res.text();
     const where = `${op.method.toUpperCase()} ${path} ${withBody ? JSON.stringify(body).slice(0, 300) : ''} → ${res.status} ${text.slice(0, 300)}`;
     assert.ok(res.status < 500, where);
+    if (res.status === 401) assert.match(res.headers.get('www-authenticate') ?? '', /^Bearer/, where);
     const documented = documentedResponse(op, res.status);
     assert.ok(documented, `status ${res.status} is not in the document: ${where}`);
     if (documented.mediaType?.includes('json') && documented.validate) {
@@ -96,5 +98,35 @@ describe('API properties from the OpenAPI document', function () {
   it('arbitrary JSON bodies: documented problem documents, never 5xx', async () => {
     const arbitrary = fc.tuple(fc.constantFrom(...operations.filter((op) => requestSchema(op))), fc.jsonValue({ maxDepth: 3 }));
     await fc.assert(fc.asyncProperty(arbitrary, ([op, body]) => call(op, instanceId, 'x', body)), { numRuns: Number(process.env.PROPERTY_RUNS ?? 300) });
+  });
+
+  it('any credential and query on any route: documented statuses and bodies, never 5xx', async () => {
+    // The shared instance's token, a key of it, another instance's token, and ones that are no credential.
+    const other = (await t.admin.post('/api/instances', { name: 'Other tenant' })).body;
+    const integrationKey = (await t.admin.post(`/api/instances/${instanceId}/apps`, { name: 'Property key' })).body.key;
+    const ownToken = (await t.admin.get(`/api/instances/${instanceId}/credentials`)).body.apiToken;
+    const credentials = [null, t.adminKey, ownToken, integrationKey, other.apiToken, 'sb_not_a_real_token', `${t.adminKey}x`, ''];
+    const queryFor = (op: Operation) => {
+      const declared = ((op.spec.parameters ?? []) as Array<Record<string, any>>).filter((p) => p.in === 'query');
+      const value = (p: Record<string, any>) => fc.oneof(arbitraryFor(p.schema, doc).map(String), fc.string({ maxLength: 30 }));
+      const pairs = fc.tuple(...declared.map((p) => fc.option(value(p).map((v) => `${p.name}=${encodeURIComponent(v)}`))), fc.option(fc.string({ maxLength: 10 }).map((v) => `unknown=${encodeURIComponent(v)}`)));
+      return pairs.map((all) => {
+        const given = all.filter((q): q is string => q !== null);
+        return given.length ? `?${given.join('&')}` : '';
+      });
+    };
+    const arbitrary = fc.constantFrom(...operations).chain((op) =>
+      fc.tuple(
+        fc.constant(op),
+        fc.constantFrom(instanceId, other.id, 'inst-unknown'),
+        requestSchema(op) ? arbitraryFor(requestSchema(op), doc) : fc.constant(undefined),
+        fc.constantFrom(...credentials),
+        queryFor(op),
+      ),
+    );
+    await fc.assert(
+      fc.asyncProperty(arbitrary, ([op, id, body, credential, query]) => call(op, id, 'x', body, { credential, query })),
+      { numRuns: Number(process.env.PROPERTY_RUNS ?? 300) },
+    );
   });
 });
