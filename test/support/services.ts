@@ -42,11 +42,12 @@ export function testNamespace(): string {
   return `t${uniqueSuffix()}`.replace(/_/g, '');
 }
 
-/** A fresh, migrated database and its knex handle; drop() closes the handle and drops it. */
-export async function openTestDatabase(): Promise<{ db: Knex; url: string; drop(): Promise<void> }> {
+/** A fresh database, migrated unless a test runs the migrations itself, and its knex handle;
+ *  drop() closes the handle and drops it. */
+export async function openTestDatabase(opts: { migrated?: boolean } = {}): Promise<{ db: Knex; url: string; drop(): Promise<void> }> {
   const created = await createTestDatabase();
   const db = openDatabase({ databaseUrl: created.url, dataDir: '/nonexistent' });
-  await migrate(db);
+  if (opts.migrated !== false) await migrate(db);
   return {
     db,
     url: created.url,

@@ -3,21 +3,16 @@
 // deleting a project clears its keys' label, and a key cannot name a missing project.
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
-import { migrate, openDatabase } from '../src/index.ts';
+import { migrate } from '../src/index.ts';
 import { migrationSource } from '../src/db/migrations/index.ts';
-import { createTestDatabase } from '../../../test/support/services.ts';
+import { openTestDatabase } from '../../../test/support/services.ts';
 
 describe('integration key project reference (migration 006, PostgreSQL)', () => {
   let db: Knex;
   let drop: () => Promise<void>;
   let n = 0;
   before(async () => {
-    const created = await createTestDatabase();
-    db = openDatabase({ databaseUrl: created.url, dataDir: '/nonexistent' });
-    drop = async () => {
-      await db.destroy();
-      await created.drop();
-    };
+    ({ db, drop } = await openTestDatabase({ migrated: false }));
     for (let i = 0; i < 5; i++) await db.migrate.up({ migrationSource }); // up to 005
     await db('instances').insert({ id: 'inst-k', name: 'inst-k', token_hash: 'h-inst-k', token_sealed: 's' });
   });

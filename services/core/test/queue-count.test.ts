@@ -3,21 +3,16 @@
 // migration counts the items that were queued before it ran.
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
-import { QUEUE_FULL_SQLSTATE, SEND_QUEUE_LIMIT, migrate, openDatabase } from '../src/index.ts';
+import { QUEUE_FULL_SQLSTATE, SEND_QUEUE_LIMIT, migrate } from '../src/index.ts';
 import { migrationSource } from '../src/db/migrations/index.ts';
-import { createTestDatabase } from '../../../test/support/services.ts';
+import { openTestDatabase } from '../../../test/support/services.ts';
 
 describe('queued-send count (PostgreSQL trigger)', () => {
   let db: Knex;
   let drop: () => Promise<void>;
   let n = 0;
   before(async () => {
-    const created = await createTestDatabase();
-    db = openDatabase({ databaseUrl: created.url, dataDir: '/nonexistent' });
-    drop = async () => {
-      await db.destroy();
-      await created.drop();
-    };
+    ({ db, drop } = await openTestDatabase({ migrated: false }));
   });
   after(async () => drop());
 
