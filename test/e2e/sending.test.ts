@@ -129,6 +129,8 @@ for (const mode of modes) {
       const list = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data;
       assert.equal(list.filter((m: any) => m.id === results[0].body.id).length, 1);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(129) })).status, 400);
+      const empty = await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': '' });
+      assert.deepEqual([empty.status, empty.body.errors?.[0]?.path], [400, 'Idempotency-Key'], 'an empty key is not read as no key');
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(128) })).status, 202);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': `order ${Date.now()} of customer 7` })).status, 202);
     });

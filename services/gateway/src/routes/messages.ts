@@ -23,9 +23,10 @@ export const messageRoutes = [
     bodyLimit: SEND_BODY_LIMIT,
     responses: { 202: Accepted, 400: 'invalid', 409: 'paused, offline or idempotency conflict', 413: 'media too large', 422: 'unsupported option or conversion failure', 429: 'queue full' },
     handler: async ({ deps, ctx, params, body, principal }) => {
-      const rawKey = ctx.get('idempotency-key');
+      // A header sent empty is refused, not read as "no key": the client meant to protect the send.
+      const rawKey = ctx.headers['idempotency-key'];
       let key: string | undefined;
-      if (rawKey !== '') {
+      if (rawKey !== undefined) {
         const parsed = IdempotencyKey.safeParse(rawKey);
         if (!parsed.success) throw problems.validation([{ path: 'Idempotency-Key', message: 'must be 1 to 128 printable characters' }]);
         key = parsed.data;
