@@ -3,7 +3,7 @@
 import { z } from 'zod';
 import { createDocument } from 'zod-openapi';
 import { route, type Route } from './http/route.ts';
-import { ProblemDocument } from './schemas.ts';
+import { IdempotencyKey, ProblemDocument } from './schemas.ts';
 
 const PROBLEM_STATUSES = [400, 401, 403, 404, 409, 413, 422, 429];
 
@@ -20,7 +20,7 @@ export function buildOpenApiDocument(routes: Route[]): object {
     const requestParams: Record<string, z.ZodObject> = {};
     if (pathParams.length) requestParams.path = z.object(Object.fromEntries(pathParams.map((p) => [p, z.string()])));
     if (r.query && r.query instanceof z.ZodObject) requestParams.query = r.query;
-    if (r.path.endsWith('/messages') && r.method === 'post') requestParams.header = z.object({ 'Idempotency-Key': z.string().max(128).optional() });
+    if (r.path.endsWith('/messages') && r.method === 'post') requestParams.header = z.object({ 'Idempotency-Key': IdempotencyKey.optional() });
     if (Object.keys(requestParams).length) operation.requestParams = requestParams;
     if (r.body) operation.requestBody = { required: true, content: { 'application/json': { schema: r.body } } };
     (paths[r.path] ??= {})[r.method] = operation;

@@ -37,6 +37,9 @@ export const MESSAGE_TYPES = ['text', 'image', 'audio', 'video', 'document', 'st
 /** DESIGN's phone forms, each with a length bound (the column holds 64 characters; real group
  *  ids and LIDs are under 30 digits). An unbounded form was a database error, not a 400. */
 export const PHONE_FORMS = [/^\d{8,15}$/, /^\d{1,30}-group$/, /^\d{1,30}(-\d{1,15})?@g\.us$/, /^\d{1,30}@lid$/];
+/** The optional Idempotency-Key header of a send: the same in the route's check and the OpenAPI document. */
+export const IdempotencyKey = z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/, 'printable ASCII');
+
 export const SendBody = z
   .object({
     phone: z.string().refine((p) => PHONE_FORMS.some((re) => re.test(p)), 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),

@@ -1,8 +1,7 @@
 // The send queue: accept (202), list the last 50, read one, cancel while queued.
-import { z } from 'zod';
 import { problems, recordSendFailure } from '@switchboard/core';
 import { route } from '../http/route.ts';
-import { Accepted, SendBody, SendItemRecord, listOf } from '../schemas.ts';
+import { Accepted, IdempotencyKey, SendBody, SendItemRecord, listOf } from '../schemas.ts';
 import { sendItemRecord } from '../records.ts';
 import { acceptSend } from '../sending/accept.ts';
 import { loadInstance } from './common.ts';
@@ -10,7 +9,6 @@ import { loadInstance } from './common.ts';
 /** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread. */
 export const SEND_BODY_LIMIT = Math.ceil((32 * 1024 * 1024) / 3) * 4 + 256 * 1024;
 
-const IdempotencyKey = z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/, 'printable ASCII');
 
 export const messageRoutes = [
   route({
