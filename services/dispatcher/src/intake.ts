@@ -14,7 +14,6 @@
 import { routeEvent, type Bus, type BusMessage, type EventEnvelope, type Logger, type Subscription, type WebhookConfig, type WebhookSettings } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { firstAttemptDelayMs } from './backoff.ts';
-import { destinationKey } from './destination.ts';
 import { findUnroutedEvents, insertDeliveries, loadRoutingConfigs, type ClaimedDelivery, type NewDelivery } from './store.ts';
 import { CallBatcher } from '@switchboard/core';
 
@@ -111,10 +110,9 @@ class LeasePlanner {
 
   leaseFor(url: string): number | undefined {
     if (!this.handOff || this.firstDelayMs > 0) return undefined;
-    const key = destinationKey(url);
-    const left = this.left.get(key) ?? this.handOff.room(key);
+    const left = this.left.get(url) ?? this.handOff.room(url);
     if (left <= 0) return undefined;
-    this.left.set(key, left - 1);
+    this.left.set(url, left - 1);
     return this.handOff.leaseMs;
   }
 }

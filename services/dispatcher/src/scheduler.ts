@@ -4,10 +4,11 @@
 // theirs alone until its lease runs out.
 //
 // Isolation: at most `maxConcurrent` attempts at once, and at most `perDestinationConcurrency`
-// per destination; destinations at their cap are left out of the claim query, so a slow receiver
-// only fills its own slots. A circuit breaker per webhook URL stops requests to an endpoint that
-// keeps failing; it is per URL, not per host, so one failing or slow path (its half-open probe
-// can take the whole attempt time-out) never holds back the other paths of the same receiver.
+// per destination (webhook URL); destinations at their cap are left out of the claim query, so a
+// slow receiver only fills its own slots. A circuit breaker per destination stops requests to an
+// endpoint that keeps failing. Both are per URL, not per host: tenants may share a webhook host
+// (a hosted automation service), and one tenant's hanging or failing path (a half-open probe can
+// take the whole attempt time-out) must not hold back the others.
 //
 // Decision: a delivery whose URL's breaker is open is handed back (rescheduled for when
 // the breaker lets a probe through) WITHOUT counting an attempt. No request was made, so the
@@ -20,7 +21,6 @@ import type { Knex } from 'knex';
 import { performAttempt, type AttemptDeps, type AttemptOutcome } from './attempt.ts';
 import { retryDelayMs, type RetryTiming } from './backoff.ts';
 import { CircuitBreakers } from './breaker.ts';
-import { destinationKey } from './destination.ts';
 import type { EgressClient } from './egress.ts';
 import { DeliveredWriter } from './delivered-writer.ts';
 import { RecentValues } from './recent-values.ts';
@@ -44,8 +44,9 @@ export interface SchedulerOptions {
   claimBatchSize: number;
 }
 
-/** The circuit breaker a delivery answers to: its URL's. */
-function breakerKeyOf(claim: ClaimedDelivery): string {
+/** A delivery's destination is its webhook URL: the concurrency cap and the circuit breaker
+ *  are kept per URL, so a slow or failing one holds back no other, even on the same host. */
+function destinationOf(claim: ClaimedDelivery): string {
   return claim.url ?? '';
 }
 
@@ -249,7 +250,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
   private noteDrained(claims: ClaimedDelivery[], freeSlots: Record<string, number>): void {
     const got = new Map<string, number>();
     for (const claim of claims) {
-      const key = destinationKey(claim.url ?? '');
+      const key = destinationOf(claim);
       got.set(key, (got.get(key) ?? 0) + 1);
     }
     for (const key of new Set([...Object.keys(freeSlots), ...got.keys()])) {
@@ -307,7 +308,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
 
   /** Starts the attempt of one claim, or hands the claim back when its destination cannot take it. */
   private async dispatch(claim: ClaimedDelivery): Promise<void> {
-    const key = destinationKey(claim.url ?? '');
+    const key = destinationOf(claim);
     if ((this.perDestination.get(key) ?? 0) >= this.opts.perDestinationConcurrency) {
       // All slots busy: the claim waits (leased) for the next free one.
       if (this.stopped) await releaseClaim(this.deps.db, claim, claim.dueAt);
@@ -321,7 +322,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       this.drained.delete(key);
       return;
     }
-    const admission = this.breakers.admit(breakerKeyOf(claim));
+    const admission = this.breakers.admit(destinationOf(claim));
     if (!admission.allowed) {
       const dueAt = Math.max(admission.retryAt, claim.dueAt.getTime());
       await releaseClaim(this.deps.db, claim, new Date(dueAt));
@@ -370,13 +371,13 @@ export class DeliveryScheduler implements DeliveryHandOff {
     if (outcome.kind === 'gone') return;
     const log = this.deps.log;
     if (outcome.kind === 'delivered') {
-      this.breakers.onSuccess(breakerKeyOf(claim));
+      this.breakers.onSuccess(destinationOf(claim));
       const recorded = await this.delivered.record(claim, outcome.statusCode);
       if (!recorded) await recordCutOffAttempt(this.deps.db, claim, outcome.statusCode, null);
       log.debug({ eventId: claim.eventId, statusCode: outcome.statusCode, recorded }, 'webhook delivered');
       return;
     }
-    this.breakers.onFailure(breakerKeyOf(claim));
+    this.breakers.onFailure(destinationOf(claim));
     const attemptsMade = claim.attempts + 1;
     const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });

@@ -30,11 +30,11 @@ export interface ClaimedDelivery {
 export interface ClaimOptions {
   limit: number;
   leaseMs: number;
-  /** Destinations (see destinationKey) whose deliveries must not be claimed now. */
+  /** Destinations (webhook URLs) whose deliveries must not be claimed now. */
   excludeDestinations: string[];
   /** At most this many deliveries of one destination per claim ... */
   perDestinationLimit: number;
-  /** ... or fewer for destinations with attempts under way (destination key → free slots). */
+  /** ... or fewer for destinations with attempts under way (URL → free slots). */
   freeSlots?: Record<string, number>;
 }
 
@@ -46,25 +46,25 @@ export interface ClaimOptions {
  * what the attempt sends (body, trace context, sealed secret), read at claim time.
  */
 export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
-  // `destinations` walks the distinct destinations with open deliveries through the index
-  // deliveries_due_by_destination (one probe each); `candidates` takes each one's oldest due rows,
+  // `destinations` walks the distinct destinations (URLs) with open deliveries through the index
+  // deliveries_due_by_url (one probe each); `candidates` takes each one's oldest due rows,
   // as many as it has room for. A saturated or dead destination's backlog is never scanned.
   // Lease values are truncated to milliseconds so they survive the round trip through a JS Date.
   const result = await db.raw(
     `WITH RECURSIVE destinations AS (
-       (SELECT destination FROM deliveries
-        WHERE status IN ('pending', 'retrying') AND destination IS NOT NULL
-        ORDER BY destination LIMIT 1)
+       (SELECT url AS destination FROM deliveries
+        WHERE status IN ('pending', 'retrying') AND url IS NOT NULL
+        ORDER BY url LIMIT 1)
        UNION ALL
-       SELECT (SELECT d.destination FROM deliveries d
-               WHERE d.status IN ('pending', 'retrying') AND d.destination > destinations.destination
-               ORDER BY d.destination LIMIT 1)
+       SELECT (SELECT d.url FROM deliveries d
+               WHERE d.status IN ('pending', 'retrying') AND d.url > destinations.destination
+               ORDER BY d.url LIMIT 1)
        FROM destinations WHERE destinations.destination IS NOT NULL
      ), candidates AS (
        SELECT c.event_id, c.due_at FROM destinations
        CROSS JOIN LATERAL (
          SELECT event_id, next_attempt_at AS due_at FROM deliveries
-         WHERE status IN ('pending', 'retrying') AND destination = destinations.destination AND next_attempt_at <= now()
+         WHERE status IN ('pending', 'retrying') AND url = destinations.destination AND next_attempt_at <= now()
          ORDER BY next_attempt_at
          LIMIT coalesce((?::jsonb ->> destinations.destination)::int, ?)
          FOR UPDATE SKIP LOCKED

@@ -3,7 +3,6 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { retryDelayMs } from '../src/backoff.ts';
 import { CircuitBreakers } from '../src/breaker.ts';
-import { destinationKey } from '../src/destination.ts';
 import { QUICK_ANSWER_MS, RESPONSIVE_FOR_MS, ResponsiveDestinations } from '../src/responsive-destinations.ts';
 import { checkWebhookUrl, isPublicAddress, parseRetryAfter } from '../src/egress.ts';
 import { computeSignature, signatureHeaders, verifySignature } from '../src/signing.ts';
@@ -119,13 +118,6 @@ describe('CircuitBreakers', () => {
     assert.equal(b.admit('a').allowed, true);
     b.onFailure('a');
     assert.deepEqual(b.admit('a'), { allowed: false, retryAt: 250 });
-  });
-});
-
-describe('destinationKey', () => {
-  it('is the lower-cased scheme and authority', () => {
-    assert.equal(destinationKey('https://Hooks.Example.com/a/b?c=1'), 'https://hooks.example.com');
-    assert.equal(destinationKey('https://127.0.0.1:8443/x'), 'https://127.0.0.1:8443');
   });
 });
 

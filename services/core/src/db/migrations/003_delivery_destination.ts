@@ -2,9 +2,10 @@
 // caps concurrency and opens breakers by), stored and indexed with the due time. The claim query
 // walks the destinations that have due deliveries through this index and takes a few rows of each,
 // so a dead receiver's backlog — however long — is never scanned by claims for the others.
+// Replaced by 007_delivery_destination_url: a destination is the whole URL since.
 import type { Knex } from 'knex';
 
-/** The same key as the dispatcher's destinationKey(); `\\?` keeps knex from reading a binding. */
+/** The dispatcher's destination key until 007; `\\?` keeps knex from reading a binding. */
 const DESTINATION_OF_URL = `lower(coalesce(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://[^/\\?#]+'), url))`;
 
 export async function up(knex: Knex): Promise<void> {

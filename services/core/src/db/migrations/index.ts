@@ -7,6 +7,7 @@ import * as m003 from './003_delivery_destination.ts';
 import * as m004 from './004_event_sweep_index.ts';
 import * as m005 from './005_sandbox_receipts_owed.ts';
 import * as m006 from './006_app_key_project.ts';
+import * as m007 from './007_delivery_destination_url.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -20,6 +21,7 @@ const migrations: Record<string, Migration> = {
   '004_event_sweep_index': m004,
   '005_sandbox_receipts_owed': m005,
   '006_app_key_project': m006,
+  '007_delivery_destination_url': m007,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
