@@ -266,8 +266,8 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
 }
 
 /** Runs a statement again when an instance delete removed rows it saw (23503 on its foreign-key
- *  check): the next run's snapshot no longer holds them, so one deleted instance does not fail,
- *  and send back to the bus, the whole batch of other instances' events. */
+ *  check): the next run's snapshot no longer holds them. Otherwise one deleted instance failed
+ *  the whole batch, and every other instance's event in it went back to the bus. */
 async function againAfterDeletes<T>(statement: () => Promise<T>, tries = 3): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {

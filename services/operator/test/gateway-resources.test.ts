@@ -46,7 +46,7 @@ describe('gateway: KubernetesInstanceResources', () => {
     assert.equal(get('inst-a')!.spec.displayName, 'Gateway name');
   });
 
-  it('updates only the fields of one operation, and applies a missing resource whole', async () => {
+  it('updates only the fields of one operation, and never makes a missing resource', async () => {
     await resources.apply({ id: 'inst-u', name: 'Before', projectId: 'proj-1', paused: false });
     // Each call carries values read before the other's: neither may write them back.
     await resources.update({ id: 'inst-u', name: 'Before', projectId: 'proj-1', paused: true }, 'runState');
@@ -55,11 +55,10 @@ describe('gateway: KubernetesInstanceResources', () => {
     await resources.update({ id: 'inst-u', name: 'Before', projectId: 'proj-2', paused: false }, 'runState');
     assert.deepEqual(get('inst-u')!.spec, { displayName: 'After', paused: false });
 
-    await resources.update({ id: 'inst-new', name: 'Made by an update', projectId: 'proj-2', paused: true }, 'runState');
-    assert.deepEqual(get('inst-new')!.spec, { displayName: 'Made by an update', projectRef: 'proj-2', paused: true });
-    assert.equal(get('inst-new')!.metadata.labels['switchboard.dev/origin'], 'api');
+    // Gone (a delete won the race): no resource the operator would adopt as a new instance.
+    await assert.rejects(resources.update({ id: 'inst-gone', name: 'Deleted', projectId: null, paused: false }, 'runState'), (err: unknown) => err instanceof Problem && err.status === 503);
+    assert.equal(get('inst-gone'), undefined);
     await resources.delete('inst-u');
-    await resources.delete('inst-new');
   });
 
   it('requests a reset without touching the other fields, and deletes idempotently', async () => {

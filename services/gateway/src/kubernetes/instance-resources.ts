@@ -1,9 +1,9 @@
 // Cluster mode: the gateway writes the desired run state of each instance to its Instance
 // resource (crds/instances.switchboard.dev.yaml); the operator does the rest. The resource is
 // created by server-side apply with field manager `gateway`, then each operation merge-patches
-// only its own fields; neither ever overwrites the operator's status. When the Kubernetes API cannot be reached the
-// operations fail fast with a 503 problem `kubernetes_unavailable`; everything else the gateway
-// does keeps working.
+// only its own fields; neither ever overwrites the operator's status. When the Kubernetes API
+// cannot be reached the operations fail fast with a 503 problem `kubernetes_unavailable`;
+// everything else the gateway does keeps working.
 import { readFileSync } from 'node:fs';
 import { CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { Problem } from '@switchboard/core';
@@ -71,11 +71,13 @@ export class KubernetesInstanceResources {
    * Changes only the fields of one operation: the name and project (rename) or `paused` (connect,
    * disconnect). A whole apply would also write the other fields as the request read them, so a
    * rename racing a disconnect could set `paused` back to false, and the operator would follow.
-   * A resource that does not exist is applied whole.
+   * A resource that does not exist is not made here (a request racing the instance's delete would
+   * bring it back, and the operator adopts resources): 503 until the operator, which makes one for
+   * every instance row without, has made it.
    */
   async update(instance: InstanceDesiredState, change: 'naming' | 'runState'): Promise<void> {
     const spec = change === 'runState' ? { paused: instance.paused } : { displayName: instance.name, projectRef: instance.projectId };
-    if (!(await this.mergePatch(instance.id, { spec }))) await this.apply(instance);
+    if (!(await this.mergePatch(instance.id, { spec }))) throw notYetCreated();
   }
 
   /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */
