@@ -40,38 +40,47 @@ export interface ClaimOptions {
 
 /**
  * Claims due deliveries, at most `perDestinationLimit` (or the destination's free slots) per
- * destination, so a backlog for one receiver is never claimed only to be handed back. Rows are
- * locked FOR UPDATE SKIP LOCKED; of each destination's oldest due rows, those beyond the overall
- * limit stay locked only for this statement and are left unchanged. The same statement returns
- * what the attempt sends (body, trace context, sealed secret), read at claim time.
+ * destination, so a backlog for one receiver is never claimed only to be handed back. The oldest
+ * of those candidates, up to the overall limit, are then locked FOR UPDATE SKIP LOCKED (and
+ * checked again: another replica may have claimed them meanwhile), so a claim locks only the rows
+ * it takes, however many destinations have due rows. The same statement returns what the attempt
+ * sends (body, trace context, sealed secret), read at claim time.
  */
 export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
   // `destinations` walks the distinct destinations (URLs) with open deliveries through the index
-  // deliveries_due_by_url (one probe each); `candidates` takes each one's oldest due rows,
-  // as many as it has room for. A saturated or dead destination's backlog is never scanned.
+  // deliveries_due_by_url_key (one probe each), keyed by md5(url) because a URL can be longer than
+  // an index entry may be; `candidates` takes each one's oldest due rows, as many as it has room
+  // for. A saturated or dead destination's backlog is never scanned. Two URLs with one md5 would
+  // only share a walk step, never hide each other's rows.
   // Lease values are truncated to milliseconds so they survive the round trip through a JS Date.
   const result = await db.raw(
     `WITH RECURSIVE destinations AS (
-       (SELECT url AS destination FROM deliveries
+       (SELECT md5(url) AS key, url FROM deliveries
         WHERE status IN ('pending', 'retrying') AND url IS NOT NULL
-        ORDER BY url LIMIT 1)
+        ORDER BY md5(url) LIMIT 1)
        UNION ALL
-       SELECT (SELECT d.url FROM deliveries d
-               WHERE d.status IN ('pending', 'retrying') AND d.url > destinations.destination
-               ORDER BY d.url LIMIT 1)
-       FROM destinations WHERE destinations.destination IS NOT NULL
+       SELECT next.key, next.url FROM destinations
+       CROSS JOIN LATERAL (
+         SELECT md5(d.url) AS key, d.url FROM deliveries d
+         WHERE d.status IN ('pending', 'retrying') AND d.url IS NOT NULL AND md5(d.url) > destinations.key
+         ORDER BY md5(d.url) LIMIT 1
+       ) next
      ), candidates AS (
        SELECT c.event_id, c.due_at FROM destinations
        CROSS JOIN LATERAL (
          SELECT event_id, next_attempt_at AS due_at FROM deliveries
-         WHERE status IN ('pending', 'retrying') AND url = destinations.destination AND next_attempt_at <= now()
+         WHERE status IN ('pending', 'retrying') AND url IS NOT NULL AND md5(url) = destinations.key AND next_attempt_at <= now()
          ORDER BY next_attempt_at
-         LIMIT coalesce((?::jsonb ->> destinations.destination)::int, ?)
-         FOR UPDATE SKIP LOCKED
+         LIMIT coalesce((?::jsonb ->> destinations.url)::int, ?)
        ) c
-       WHERE destinations.destination IS NOT NULL AND NOT (destinations.destination = ANY (?::text[]))
+       WHERE NOT (destinations.url = ANY (?::text[]))
      ), due AS (
-       SELECT event_id, due_at FROM candidates ORDER BY due_at LIMIT ?
+       SELECT l.event_id, l.due_at FROM (SELECT event_id FROM candidates ORDER BY due_at LIMIT ?) picked
+       CROSS JOIN LATERAL (
+         SELECT d.event_id, d.next_attempt_at AS due_at FROM deliveries d
+         WHERE d.event_id = picked.event_id AND d.status IN ('pending', 'retrying') AND d.next_attempt_at <= now()
+         FOR UPDATE SKIP LOCKED
+       ) l
      )
      UPDATE deliveries d
      SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), updated_at = now()
@@ -80,7 +89,7 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
                e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
     [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs],
-  ).options(prepared('dispatcher_claim_due'));
+  ).options(prepared('dispatcher_claim_due_by_url'));
   return (result.rows as any[])
     .map((r) => ({
       eventId: r.event_id,

@@ -61,6 +61,14 @@ describe('dispatcher batching (PostgreSQL)', () => {
     assert.equal(oldest.length, 4);
   });
 
+  it('takes a URL longer than an index entry may be (2,000 characters of a 3-byte script)', async () => {
+    const url = `https://long.example/${'漢'.repeat(2000)}`;
+    const inst = await createInstance(db, { webhook: { url } });
+    for (let i = 0; i < 3; i++) await recordRoutedEvent(db, inst.id);
+    const claims = await claim({ freeSlots: { [url]: 2 } });
+    assert.deepEqual(claims.map((c) => c.url), [url, url]);
+  });
+
   it('records delivered attempts in one statement, each fenced on its own lease', async () => {
     const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
     for (let i = 0; i < 3; i++) await recordRoutedEvent(db, inst.id);

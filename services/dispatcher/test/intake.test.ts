@@ -118,10 +118,14 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     const doomedEvent = await recordTestEvent(db, doomed.id);
     // The delete is under way (its rows still visible to others) while the batch is written.
     const deleting = await db.transaction();
-    await deleting('instances').where({ id: doomed.id }).delete();
-    const routing = routeAndRecordBatch({ db, schedule: FAST_SCHEDULE }, [keptEvent, doomedEvent]);
-    await waitFor('the batch to wait for the delete', () => db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%deliveries%').first());
-    await deleting.commit();
+    let routing: ReturnType<typeof routeAndRecordBatch>;
+    try {
+      await deleting('instances').where({ id: doomed.id }).delete();
+      routing = routeAndRecordBatch({ db, schedule: FAST_SCHEDULE }, [keptEvent, doomedEvent]);
+      await waitFor('the batch to wait for the delete', () => db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%deliveries%').first());
+    } finally {
+      await deleting.commit();
+    }
     assert.deepEqual(await routing, ['awaiting_claim', 'event_missing']);
     assert.equal((await db('deliveries').where({ event_id: keptEvent.id }).first())?.status, 'pending');
   });

@@ -2,7 +2,7 @@
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
 import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';
-import type { InstanceDesiredState } from './kubernetes/instance-resources.ts';
+import type { InstanceChanges, InstanceDesiredState } from './kubernetes/instance-resources.ts';
 
 export interface GatewayDeps {
   config: Config;
@@ -28,7 +28,7 @@ export interface GatewayDeps {
 /** Kubernetes Instance/Project resources written by the gateway in cluster mode. */
 export interface InstanceResources {
   apply(instance: InstanceDesiredState): Promise<void>;
-  update(instance: InstanceDesiredState, change: 'naming' | 'runState'): Promise<void>;
+  update(id: string, changes: InstanceChanges): Promise<void>;
   requestReset(id: string): Promise<void>;
   delete(id: string): Promise<void>;
 }

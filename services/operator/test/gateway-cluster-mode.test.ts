@@ -52,7 +52,7 @@ describe('gateway process in cluster mode (fake Kubernetes API)', function () {
     assert.equal(resource(id), undefined);
   });
 
-  it('a rename racing a connect or disconnect changes neither the run state nor the name the other set', async () => {
+  it('a rename racing a connect, a disconnect or a move changes no field the other set', async () => {
     const { id } = (await admin.post('/api/instances', { name: 'Racing line' })).body;
     for (let round = 0; round < 6; round++) {
       const paused = round % 2 === 0;
@@ -62,6 +62,10 @@ describe('gateway process in cluster mode (fake Kubernetes API)', function () {
       const record = (await admin.get(`/api/instances/${id}`)).body;
       assert.deepEqual([record.name, record.paused], [`Line ${round}`, paused]);
     }
+    const project = (await admin.post('/api/projects', { name: 'Racing project' })).body;
+    const [renamed, moved] = await Promise.all([admin.patch(`/api/instances/${id}`, { name: 'Last name' }), admin.patch(`/api/instances/${id}`, { projectId: project.id })]);
+    assert.deepEqual([renamed.status, moved.status], [200, 200]);
+    assert.deepEqual(resource(id)?.spec, { displayName: 'Last name', projectRef: project.id, paused: false });
     await admin.delete(`/api/instances/${id}`);
   });
 

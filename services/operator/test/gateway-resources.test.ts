@@ -46,17 +46,21 @@ describe('gateway: KubernetesInstanceResources', () => {
     assert.equal(get('inst-a')!.spec.displayName, 'Gateway name');
   });
 
-  it('updates only the fields of one operation, and never makes a missing resource', async () => {
+  it('updates only the fields an operation changed, and never makes a missing resource', async () => {
     await resources.apply({ id: 'inst-u', name: 'Before', projectId: 'proj-1', paused: false });
-    // Each call carries values read before the other's: neither may write them back.
-    await resources.update({ id: 'inst-u', name: 'Before', projectId: 'proj-1', paused: true }, 'runState');
-    await resources.update({ id: 'inst-u', name: 'After', projectId: null, paused: false }, 'naming');
-    assert.deepEqual(get('inst-u')!.spec, { displayName: 'After', paused: true });
-    await resources.update({ id: 'inst-u', name: 'Before', projectId: 'proj-2', paused: false }, 'runState');
+    // Concurrent operations, each writing only its own change: none writes back another's field.
+    await resources.update('inst-u', { paused: true });
+    await resources.update('inst-u', { name: 'After' });
+    assert.deepEqual(get('inst-u')!.spec, { displayName: 'After', projectRef: 'proj-1', paused: true });
+    await resources.update('inst-u', { projectId: null });
+    await resources.update('inst-u', { paused: false });
     assert.deepEqual(get('inst-u')!.spec, { displayName: 'After', paused: false });
+    const generation = get('inst-u')!.metadata.generation;
+    await resources.update('inst-u', {}); // nothing changed: no request
+    assert.equal(get('inst-u')!.metadata.generation, generation);
 
-    // Gone (a delete won the race): no resource the operator would adopt as a new instance.
-    await assert.rejects(resources.update({ id: 'inst-gone', name: 'Deleted', projectId: null, paused: false }, 'runState'), (err: unknown) => err instanceof Problem && err.status === 503);
+    // Gone (a delete won the race): no resource is made again.
+    await assert.rejects(resources.update('inst-gone', { paused: false }), (err: unknown) => err instanceof Problem && err.status === 503);
     assert.equal(get('inst-gone'), undefined);
     await resources.delete('inst-u');
   });

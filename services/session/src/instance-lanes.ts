@@ -1,7 +1,8 @@
 // Runs the run-state operations of one instance (start, stop, reset, remove, and in the process
-// that hosts the session, calls to it) one after another, each with its database write, while
-// other instances' operations go on. Interleaved, a disconnect could stop the session that a later
-// connect had found running, leaving the instance `stopped` with `paused` false and no session.
+// that hosts the session, sandbox operations) one after another, each with its database write,
+// while other instances' operations go on. Interleaved, a disconnect could stop the session that a
+// later connect had found running, leaving the instance `stopped` with `paused` false and no
+// session.
 export class InstanceLanes {
   private readonly tails = new Map<string, Promise<unknown>>();
 

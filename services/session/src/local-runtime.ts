@@ -79,14 +79,19 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
-  /** In the instance's lane too: a pairing that is still saving its credentials when a reset or
-   *  delete is called would otherwise save them after the reset cleared them. */
-  call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
-    return this.lanes.run(instanceId, async () => {
+  /** A sandbox operation runs in the instance's lane: a scan still saving its credentials when a
+   *  reset is called would otherwise save them after the reset cleared them. A pairing-code
+   *  request only waits for the operations queued before it: with WhatsApp unreachable it can
+   *  wait up to 20 s for the socket, and a disconnect or delete must not wait behind it. */
+  async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const callWorker = () => {
       const worker = this.workers.get(instanceId);
       if (!worker) throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
       return callSessionOp(worker, op, body);
-    });
+    };
+    if (op.startsWith('sandbox.')) return this.lanes.run(instanceId, callWorker);
+    await this.lanes.idle(instanceId);
+    return callWorker();
   }
 
   /** The worker of an instance (tests, diagnostics). */

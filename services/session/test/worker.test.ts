@@ -274,12 +274,17 @@ for (const nats of [false, true]) {
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
       // An uncommitted row with the same key makes the scan's credential write wait for it.
       const blocker = await env.db.transaction();
-      await blocker('auth_state').insert({ instance_id: instanceId, category: 'sandbox', key_id: 'creds', value_sealed: 'x' });
-      const scanning = runtime.call(instanceId, 'sandbox.scan', { phone: '5511900002222' });
-      const resetting = runtime.reset(instanceId);
-      await until(async () => Boolean(await env.db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%auth_state%').first()), 'the scan waits to save its credentials');
-      await Promise.race([resetting, new Promise((r) => setTimeout(r, 300))]); // a reset that does not wait for the scan ends here
-      await blocker.rollback();
+      let scanning: Promise<unknown> = Promise.resolve();
+      let resetting: Promise<unknown> = Promise.resolve();
+      try {
+        await blocker('auth_state').insert({ instance_id: instanceId, category: 'sandbox', key_id: 'creds', value_sealed: 'x' });
+        scanning = runtime.call(instanceId, 'sandbox.scan', { phone: '5511900002222' });
+        resetting = runtime.reset(instanceId);
+        await until(async () => Boolean(await env.db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%auth_state%').first()), 'the scan waits to save its credentials');
+        await Promise.race([resetting, new Promise((r) => setTimeout(r, 300))]); // a reset that does not wait for the scan ends here
+      } finally {
+        await blocker.rollback();
+      }
       await Promise.allSettled([scanning, resetting]);
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan after the reset');
       const saved = await env.db('auth_state').where({ instance_id: instanceId }).count({ n: '*' }).first();

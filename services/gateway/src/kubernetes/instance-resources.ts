@@ -22,6 +22,9 @@ export interface InstanceDesiredState {
   paused: boolean;
 }
 
+/** The fields one operation changes (rename: name and/or project; connect, disconnect: paused). */
+export type InstanceChanges = Partial<Omit<InstanceDesiredState, 'id'>>;
+
 export interface InstanceResourcesOptions {
   /** Give up on a call after this long (an unreachable API server may not refuse, just hang). */
   timeoutMs?: number;
@@ -68,16 +71,19 @@ export class KubernetesInstanceResources {
   }
 
   /**
-   * Changes only the fields of one operation: the name and project (rename) or `paused` (connect,
-   * disconnect). A whole apply would also write the other fields as the request read them, so a
-   * rename racing a disconnect could set `paused` back to false, and the operator would follow.
-   * A resource that does not exist is not made here (a request racing the instance's delete would
-   * bring it back, and the operator adopts resources): 503 until the operator, which makes one for
-   * every instance row without, has made it.
+   * Changes only the fields an operation changed. A whole apply would also write the other fields
+   * as the request read them, so a rename racing a disconnect could set `paused` back to false,
+   * and the operator would follow the resource. A resource that does not exist is not made here:
+   * 503 until the operator, which makes one for every instance row without, has made it (a
+   * request racing the instance's delete would otherwise bring the resource back for a moment).
    */
-  async update(instance: InstanceDesiredState, change: 'naming' | 'runState'): Promise<void> {
-    const spec = change === 'runState' ? { paused: instance.paused } : { displayName: instance.name, projectRef: instance.projectId };
-    if (!(await this.mergePatch(instance.id, { spec }))) throw notYetCreated();
+  async update(id: string, changes: InstanceChanges): Promise<void> {
+    const spec: Record<string, unknown> = {};
+    if (changes.name !== undefined) spec.displayName = changes.name;
+    if (changes.projectId !== undefined) spec.projectRef = changes.projectId; // null removes it
+    if (changes.paused !== undefined) spec.paused = changes.paused;
+    if (!Object.keys(spec).length) return;
+    if (!(await this.mergePatch(id, { spec }))) throw notYetCreated();
   }
 
   /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */

@@ -6,6 +6,7 @@ import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
 import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
 import { instanceRecord } from '../records.ts';
+import type { InstanceChanges } from '../kubernetes/instance-resources.ts';
 import { assertProjectExists, callSession, deleted, loadInstance, withReferences } from './common.ts';
 
 /** A new instance token and the columns that store it (hashed for lookup, sealed for recovery). */
@@ -18,11 +19,14 @@ async function reload(deps: GatewayDeps, id: string) {
   return instanceRecord(await loadInstance(deps, id));
 }
 
-/** Cluster mode mirrors the instance into its Instance resource: whole when it is created, then
- *  only the fields an operation changes (`naming` or `runState`). */
-async function mirror(deps: GatewayDeps, row: any, change?: 'naming' | 'runState'): Promise<void> {
-  const desired = { id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) };
-  await (change ? deps.resources?.update(desired, change) : deps.resources?.apply(desired));
+/** Cluster mode mirrors a new instance into its Instance resource, whole. */
+async function mirrorCreated(deps: GatewayDeps, row: any): Promise<void> {
+  await deps.resources?.apply({ id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) });
+}
+
+/** Later operations write only the fields they change into the resource. */
+async function mirrorChanges(deps: GatewayDeps, id: string, changes: InstanceChanges): Promise<void> {
+  await deps.resources?.update(id, changes);
 }
 
 export const instanceRoutes = [
@@ -54,7 +58,7 @@ export const instanceRoutes = [
         `Project ${body.projectId}`,
       );
       try {
-        await mirror(deps, row);
+        await mirrorCreated(deps, row);
       } catch (err) {
         // No resource, no instance: the client's retry must not find a half-made one (the 503 says retry).
         await deps.db('instances').where({ id: row.id }).delete();
@@ -84,13 +88,13 @@ export const instanceRoutes = [
     body: InstancePatchBody,
     responses: { 200: InstanceRecord, 404: 'absent' },
     handler: async ({ deps, params, body }) => {
-      const current = await loadInstance(deps, params.id);
+      await loadInstance(deps, params.id);
       await assertProjectExists(deps, body.projectId);
       const changes: Record<string, unknown> = { updated_at: deps.db.fn.now() };
       if (body.name !== undefined) changes.name = body.name;
       if (body.projectId !== undefined) changes.project_id = body.projectId;
       // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
-      await mirror(deps, { ...current, name: changes.name ?? current.name, project_id: changes.project_id !== undefined ? changes.project_id : current.project_id }, 'naming');
+      await mirrorChanges(deps, params.id, { name: body.name, projectId: body.projectId });
       const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), `Project ${body.projectId}`);
       if (!row) throw problems.notFound(`Instance ${params.id}`); // deleted meanwhile
       return { body: await instanceRecord(row) };
@@ -123,8 +127,8 @@ export const instanceRoutes = [
     summary: 'Start the session; read the QR code and state by getting the instance',
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
-      const row = await loadInstance(deps, params.id);
-      await mirror(deps, { ...row, paused: false }, 'runState');
+      await loadInstance(deps, params.id);
+      await mirrorChanges(deps, params.id, { paused: false });
       await deps.runtime.start(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -137,8 +141,8 @@ export const instanceRoutes = [
     summary: 'Pause the instance, keeping its credentials',
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
-      const row = await loadInstance(deps, params.id);
-      await mirror(deps, { ...row, paused: true }, 'runState');
+      await loadInstance(deps, params.id);
+      await mirrorChanges(deps, params.id, { paused: true });
       await deps.runtime.stop(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -172,7 +176,7 @@ export const instanceRoutes = [
       let reply: Record<string, unknown>;
       try {
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
-          await mirror(deps, { ...row, paused: false }, 'runState');
+          await mirrorChanges(deps, params.id, { paused: false });
           await deps.runtime.start(params.id);
         }
         reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
@@ -197,7 +201,7 @@ function needsNoPairing(err: unknown): boolean {
 
 async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   try {
-    await mirror(deps, { ...(await loadInstance(deps, id)), paused: true }, 'runState');
+    await mirrorChanges(deps, id, { paused: true });
     await deps.runtime.stop(id);
   } catch (err) {
     deps.log.warn({ instanceId: id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');

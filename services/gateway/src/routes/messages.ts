@@ -9,7 +9,6 @@ import { loadInstance } from './common.ts';
 /** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread. */
 export const SEND_BODY_LIMIT = Math.ceil((32 * 1024 * 1024) / 3) * 4 + 256 * 1024;
 
-
 export const messageRoutes = [
   route({
     method: 'post',

@@ -2,7 +2,7 @@
 // caps concurrency and opens breakers by), stored and indexed with the due time. The claim query
 // walks the destinations that have due deliveries through this index and takes a few rows of each,
 // so a dead receiver's backlog — however long — is never scanned by claims for the others.
-// Replaced by 007_delivery_destination_url: a destination is the whole URL since.
+// Since 007_delivery_destination_url a destination is the whole URL; this column is no longer read.
 import type { Knex } from 'knex';
 
 /** The dispatcher's destination key until 007; `\\?` keeps knex from reading a binding. */
