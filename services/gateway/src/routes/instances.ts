@@ -6,7 +6,6 @@ import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
 import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
 import { instanceRecord } from '../records.ts';
-import type { InstanceChanges } from '../kubernetes/instance-resources.ts';
 import { assertProjectExists, callSession, deleted, loadInstance, withReferences } from './common.ts';
 
 /** A new instance token and the columns that store it (hashed for lookup, sealed for recovery). */
@@ -19,14 +18,10 @@ async function reload(deps: GatewayDeps, id: string) {
   return instanceRecord(await loadInstance(deps, id));
 }
 
-/** Cluster mode mirrors a new instance into its Instance resource, whole. */
+/** Cluster mode mirrors a new instance into its Instance resource, whole; later operations
+ *  write only the fields they change (`deps.resources.update`). */
 async function mirrorCreated(deps: GatewayDeps, row: any): Promise<void> {
   await deps.resources?.apply({ id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) });
-}
-
-/** Later operations write only the fields they change into the resource. */
-async function mirrorChanges(deps: GatewayDeps, id: string, changes: InstanceChanges): Promise<void> {
-  await deps.resources?.update(id, changes);
 }
 
 export const instanceRoutes = [
@@ -94,7 +89,7 @@ export const instanceRoutes = [
       if (body.name !== undefined) changes.name = body.name;
       if (body.projectId !== undefined) changes.project_id = body.projectId;
       // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
-      await mirrorChanges(deps, params.id, { name: body.name, projectId: body.projectId });
+      await deps.resources?.update(params.id, { name: body.name, projectId: body.projectId });
       const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), `Project ${body.projectId}`);
       if (!row) throw problems.notFound(`Instance ${params.id}`); // deleted meanwhile
       return { body: await instanceRecord(row) };
@@ -128,7 +123,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await mirrorChanges(deps, params.id, { paused: false });
+      await deps.resources?.update(params.id, { paused: false });
       await deps.runtime.start(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -142,7 +137,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await mirrorChanges(deps, params.id, { paused: true });
+      await deps.resources?.update(params.id, { paused: true });
       await deps.runtime.stop(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -176,7 +171,7 @@ export const instanceRoutes = [
       let reply: Record<string, unknown>;
       try {
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
-          await mirrorChanges(deps, params.id, { paused: false });
+          await deps.resources?.update(params.id, { paused: false });
           await deps.runtime.start(params.id);
         }
         reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
@@ -201,7 +196,7 @@ function needsNoPairing(err: unknown): boolean {
 
 async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   try {
-    await mirrorChanges(deps, id, { paused: true });
+    await deps.resources?.update(id, { paused: true });
     await deps.runtime.stop(id);
   } catch (err) {
     deps.log.warn({ instanceId: id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');
