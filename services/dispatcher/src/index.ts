@@ -1,15 +1,22 @@
 // The webhook dispatcher: intake (bus → delivery rows) plus the delivery scheduler (rows →
 // signed POSTs). The embedded server runs it in-process with startDispatcher(); cluster mode runs
 // main.ts as its own deployment, any number of replicas on one database.
+import { randomUUID } from 'node:crypto';
 import type { Bus, Config, Crypto, Logger, Metrics, Subscription } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { DEFAULT_RETRY_AFTER_CAP_MS } from './backoff.ts';
 import { createEgressClient, type EgressClient } from './egress.ts';
 import { startIntake, type IntakeOptions } from './intake.ts';
 import { DeliveryScheduler, DEFAULT_SCHEDULER_OPTIONS, type SchedulerOptions } from './scheduler.ts';
+import { releaseLeasesOf } from './store.ts';
 
 export interface DispatcherOptions extends Partial<SchedulerOptions> {
   retryAfterCapMs?: number;
+  /** The replica's name, kept with its leases. A stable one (`embedded` for the one process of a
+   *  PGlite data dir, the pod's name in Kubernetes) lets a dispatcher restarted after a crash take
+   *  back at once what it had claimed; two live dispatchers must never share one. Default: a name
+   *  of this process alone (a crashed one's claims then wait out their lease). */
+  leaseOwner?: string;
   /** Replace the egress client (tests: a resolver that simulates DNS). */
   egress?: EgressClient;
   /** false: run only the scheduler, without consuming the event stream. */
@@ -38,10 +45,13 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
   const attemptTimeoutMs = args.attemptTimeoutMs ?? DEFAULT_SCHEDULER_OPTIONS.attemptTimeoutMs;
   const ownEgress = args.egress === undefined;
   const egress = args.egress ?? createEgressClient({ allowPrivateTargets: config.webhookAllowPrivateTargets, timeoutMs: attemptTimeoutMs });
+  const leaseOwner = args.leaseOwner ?? `dispatcher-${randomUUID()}`;
   const scheduler = new DeliveryScheduler(
-    { db, crypto, egress, log, metrics: args.metrics, timing: { schedule: config.webhookRetrySchedule, retryAfterCapMs: args.retryAfterCapMs ?? DEFAULT_RETRY_AFTER_CAP_MS } },
+    { db, crypto, egress, log, metrics: args.metrics, leaseOwner, timing: { schedule: config.webhookRetrySchedule, retryAfterCapMs: args.retryAfterCapMs ?? DEFAULT_RETRY_AFTER_CAP_MS } },
     pickSchedulerOptions(args),
   );
+  const released = await releaseLeasesOf(db, leaseOwner);
+  if (released) log.info({ released, leaseOwner }, 'dispatcher: took back the deliveries it had claimed before it restarted');
   scheduler.start();
 
   let intake: Subscription | undefined;

@@ -21,8 +21,9 @@ export const DISPATCHER_DURABLE = 'dispatcher';
 
 /** The local scheduler, as the intake sees it: it takes first attempts straight from the intake. */
 export interface DeliveryHandOff {
-  /** How long a handed-off row is leased (the scheduler's claim lease). */
+  /** How long a handed-off row is leased (the scheduler's claim lease), and to whom. */
   readonly leaseMs: number;
+  readonly leaseOwner: string;
   /** How many more deliveries to this destination it can take now (0 when none). */
   room(destination: string): number;
   /** Deliveries written already claimed for it: it attempts them as its own claims. */
@@ -92,7 +93,7 @@ async function routeBatch(
       leaseMs: url === null ? undefined : leases.leaseFor(url),
     });
   }
-  const { existing, inserted, claimed } = await insertDeliveries(deps.db, rows);
+  const { existing, inserted, claimed } = await insertDeliveries(deps.db, rows, deps.handOff?.leaseOwner ?? null);
   if (claimed.length) deps.handOff!.adopt(claimed);
   const awaitingClaim = new Set(rows.filter((r) => r.url !== null && r.leaseMs === undefined && inserted.has(r.eventId)).map((r) => r.eventId));
   return { existing, instances: new Set(configs.keys()), awaitingClaim };

@@ -83,6 +83,9 @@ export interface SchedulerDeps {
   timing: RetryTiming;
   /** Webhook attempt/exhaustion counters and the open-breaker gauge (optional). */
   metrics?: Metrics;
+  /** This dispatcher's replica name, kept with its leases (store.ts releaseLeasesOf); unique
+   *  among live dispatchers. */
+  leaseOwner: string;
 }
 
 export class DeliveryScheduler implements DeliveryHandOff {
@@ -204,6 +207,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
     return this.opts.leaseMs;
   }
 
+  get leaseOwner(): string {
+    return this.deps.leaseOwner;
+  }
+
   /** How many more deliveries to this destination the intake may hand over now: as many as a
    *  claim would take, none after stop. (Breakers are per URL: an open one hands its deliveries
    *  back in dispatch, without an attempt.) */
@@ -234,6 +241,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       const claims = await claimDueDeliveries(this.deps.db, {
         limit,
         leaseMs: this.opts.leaseMs,
+        leaseOwner: this.deps.leaseOwner,
         excludeDestinations: this.saturatedDestinations(),
         // A destination with nothing under way: its concurrency (it has answered nothing lately).
         perDestinationLimit: this.opts.perDestinationConcurrency,

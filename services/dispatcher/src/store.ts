@@ -30,6 +30,8 @@ export interface ClaimedDelivery {
 export interface ClaimOptions {
   limit: number;
   leaseMs: number;
+  /** The claiming dispatcher's replica name, kept with each lease (see releaseLeasesOf). */
+  leaseOwner: string;
   /** Destinations (webhook URLs) whose deliveries must not be claimed now. */
   excludeDestinations: string[];
   /** At most this many deliveries of one destination per claim ... */
@@ -83,13 +85,13 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
        ) l
      )
      UPDATE deliveries d
-     SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), updated_at = now()
+     SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), lease_owner = ?, updated_at = now()
      FROM due LEFT JOIN events e ON e.id = due.event_id LEFT JOIN instances i ON i.id = e.instance_id
      WHERE d.event_id = due.event_id
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
                e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
-    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs],
-  ).options(prepared('dispatcher_claim_due_by_url'));
+    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseOwner],
+  ).options(prepared('dispatcher_claim_due_leased'));
   return (result.rows as any[])
     .map((r) => ({
       eventId: r.event_id,
@@ -110,7 +112,16 @@ function held(db: Knex, claim: ClaimedDelivery): Knex.QueryBuilder {
 
 /** Hands a claim back without an attempt (destination busy or its breaker open). */
 export async function releaseClaim(db: Knex, claim: ClaimedDelivery, nextAttemptAt: Date): Promise<boolean> {
-  return (await held(db, claim).update({ next_attempt_at: nextAttemptAt, updated_at: db.fn.now() })) > 0;
+  return (await held(db, claim).update({ next_attempt_at: nextAttemptAt, lease_owner: null, updated_at: db.fn.now() })) > 0;
+}
+
+/**
+ * Makes due again the open deliveries leased to `owner`: called as a dispatcher starts, when they
+ * can only be its predecessor's under the same name (a restart after a crash), so they need not
+ * wait out their lease. A name must never be shared by two live dispatchers.
+ */
+export async function releaseLeasesOf(db: Knex, owner: string): Promise<number> {
+  return db('deliveries').where({ lease_owner: owner }).whereIn('status', ['pending', 'retrying']).update({ next_attempt_at: db.fn.now(), lease_owner: null, updated_at: db.fn.now() });
 }
 
 /**
@@ -174,6 +185,7 @@ export async function recordFailure(db: Knex, claim: ClaimedDelivery, failure: F
     last_status_code: failure.statusCode,
     last_error: failure.error,
     next_attempt_at: exhausted ? null : db.raw("now() + (?::double precision * interval '1 millisecond')", [failure.retryInMs!]),
+    lease_owner: null,
     updated_at: db.fn.now(),
   });
   return updated > 0;
@@ -217,7 +229,7 @@ export interface InsertedDeliveries {
  * Each event is read once, by primary key (LATERAL … OFFSET 0): for a batch of a few hundred the
  * planner would otherwise often pick a sequential scan of the whole events table.
  */
-export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Promise<InsertedDeliveries> {
+export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leaseOwner: string | null = null): Promise<InsertedDeliveries> {
   if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [] };
   const pending = (d: NewDelivery) => d.status === 'pending';
   // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
@@ -228,10 +240,11 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
             WITH ORDINALITY AS t(event_id, instance_id, status, url, delay_ms, lease_ms, place)
        CROSS JOIN LATERAL (SELECT instance_id, body, trace_context FROM events WHERE id = t.event_id OFFSET 0) e),
      inserted AS (
-       INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at)
+       INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at, lease_owner)
        SELECT v.event_id, v.instance_id, v.status, v.url,
               CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond')
-                   WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END
+                   WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END,
+              CASE WHEN v.lease_ms IS NOT NULL THEN ?::text END
        FROM v WHERE v.event_instance_id = v.instance_id
        ON CONFLICT (event_id) DO NOTHING
        RETURNING event_id, instance_id, url, next_attempt_at
@@ -251,8 +264,9 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[]): Pro
       deliveries.map((d) => d.url),
       deliveries.map((d) => (pending(d) ? d.firstAttemptDelayMs : null)),
       deliveries.map((d) => (pending(d) ? (d.leaseMs ?? null) : null)),
+      leaseOwner,
     ] as Knex.RawBinding[],
-  ).options(prepared('dispatcher_insert_deliveries'));
+  ).options(prepared('dispatcher_insert_deliveries_leased'));
   const result = await againAfterDeletes(write);
   const existing = new Set<string>();
   const inserted = new Set<string>();

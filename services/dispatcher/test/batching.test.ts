@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
 import { DeliveredWriter } from '../src/delivered-writer.ts';
 import { IntakeBatcher, sweepUnroutedEvents } from '../src/intake.ts';
-import { claimDueDeliveries, insertDeliveries, recordDeliveredBatch, type ClaimedDelivery } from '../src/store.ts';
+import { claimDueDeliveries, insertDeliveries, recordDeliveredBatch, recordFailure, releaseLeasesOf, type ClaimedDelivery } from '../src/store.ts';
 import { createInstance, crypto, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent } from './support.ts';
 
 describe('dispatcher batching (PostgreSQL)', () => {
@@ -17,7 +17,7 @@ describe('dispatcher batching (PostgreSQL)', () => {
   afterEach(async () => drop());
 
   const claim = (opts: { limit?: number; perDestinationLimit?: number; freeSlots?: Record<string, number> } = {}) =>
-    claimDueDeliveries(db, { limit: opts.limit ?? 32, leaseMs: 60_000, excludeDestinations: [], perDestinationLimit: opts.perDestinationLimit ?? 2, freeSlots: opts.freeSlots });
+    claimDueDeliveries(db, { limit: opts.limit ?? 32, leaseMs: 60_000, leaseOwner: 'replica-test', excludeDestinations: [], perDestinationLimit: opts.perDestinationLimit ?? 2, freeSlots: opts.freeSlots });
 
   it('claims at most the per-destination limit (or free slots) of each destination, with the body and secret', async () => {
     const a = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
@@ -49,14 +49,14 @@ describe('dispatcher batching (PostgreSQL)', () => {
     for (let i = 0; i < 6; i++) await recordRoutedEvent(db, dead.id);
     for (let i = 0; i < 3; i++) await recordRoutedEvent(db, ok.id);
 
-    const claims = await claimDueDeliveries(db, { limit: 32, leaseMs: 60_000, excludeDestinations: ['https://Dead.Example:8443/hook?x=1'], perDestinationLimit: 10 });
+    const claims = await claimDueDeliveries(db, { limit: 32, leaseMs: 60_000, leaseOwner: 'replica-test', excludeDestinations: ['https://Dead.Example:8443/hook?x=1'], perDestinationLimit: 10 });
     assert.deepEqual(new Set(claims.map((c) => c.instanceId)), new Set([ok.id]));
     assert.equal(claims.length, 3);
 
     // Without exclusion, the overall limit keeps the oldest due rows of all destinations.
     await db('deliveries').update({ next_attempt_at: db.raw("now() - interval '1 minute'") });
     await db('deliveries').where({ instance_id: ok.id }).update({ next_attempt_at: db.raw("now() - interval '2 minutes'") });
-    const oldest = await claimDueDeliveries(db, { limit: 4, leaseMs: 60_000, excludeDestinations: [], perDestinationLimit: 10 });
+    const oldest = await claimDueDeliveries(db, { limit: 4, leaseMs: 60_000, leaseOwner: 'replica-test', excludeDestinations: [], perDestinationLimit: 10 });
     assert.equal(oldest.filter((c) => c.instanceId === ok.id).length, 3);
     assert.equal(oldest.length, 4);
   });
@@ -67,6 +67,21 @@ describe('dispatcher batching (PostgreSQL)', () => {
     for (let i = 0; i < 3; i++) await recordRoutedEvent(db, inst.id);
     const claims = await claim({ freeSlots: { [url]: 2 } });
     assert.deepEqual(claims.map((c) => c.url), [url, url]);
+  });
+
+  it('a replica restarted under its name takes back its leases at once, and only its own leases', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    for (let i = 0; i < 4; i++) await recordRoutedEvent(db, inst.id);
+    const [failed, ...mine] = await claimDueDeliveries(db, { limit: 3, leaseMs: 60_000, leaseOwner: 'replica-a', excludeDestinations: [], perDestinationLimit: 4 });
+    const [theirs] = await claimDueDeliveries(db, { limit: 1, leaseMs: 60_000, leaseOwner: 'replica-b', excludeDestinations: [], perDestinationLimit: 4 });
+    // A failed attempt's retry is scheduled, not leased: a restart does not bring it forward.
+    await recordFailure(db, failed, { statusCode: 500, error: 'http_500', retryInMs: 60_000 });
+
+    assert.equal(await releaseLeasesOf(db, 'replica-a'), 2);
+    const due = await db('deliveries').where('next_attempt_at', '<=', db.fn.now()).pluck('event_id');
+    assert.deepEqual(due.sort(), mine.map((c) => c.eventId).sort());
+    const later = await db('deliveries').where('next_attempt_at', '>', db.fn.now()).pluck('event_id');
+    assert.deepEqual(later.sort(), [failed.eventId, theirs.eventId].sort(), "the retry's schedule and the other replica's lease stand");
   });
 
   it('records delivered attempts in one statement, each fenced on its own lease', async () => {
@@ -167,7 +182,7 @@ describe('dispatcher batching (PostgreSQL)', () => {
     const b = await createInstance(db, { webhook: { url: 'https://b.example/hook' } });
     const filtered = await createInstance(db, { webhook: {} }); // no URL: nothing to deliver
     const adopted: ClaimedDelivery[] = [];
-    const handOff = { leaseMs: 60_000, room: (key: string) => (key === 'https://a.example/hook' ? 2 : 0), adopt: (c: ClaimedDelivery[]) => void adopted.push(...c) };
+    const handOff = { leaseMs: 60_000, leaseOwner: 'replica-test', room: (key: string) => (key === 'https://a.example/hook' ? 2 : 0), adopt: (c: ClaimedDelivery[]) => void adopted.push(...c) };
     const batcher = new IntakeBatcher({ db, schedule: FAST_SCHEDULE, handOff });
     const earlier = await recordRoutedEvent(db, a.id); // its row exists already: never handed off
     const events = [earlier];
@@ -195,7 +210,7 @@ describe('dispatcher batching (PostgreSQL)', () => {
   it('hands nothing off when the first attempt is scheduled later', async () => {
     const a = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
     const adopted: ClaimedDelivery[] = [];
-    const batcher = new IntakeBatcher({ db, schedule: [5000, ...FAST_SCHEDULE.slice(1)], handOff: { leaseMs: 60_000, room: () => 10, adopt: (c) => void adopted.push(...c) } });
+    const batcher = new IntakeBatcher({ db, schedule: [5000, ...FAST_SCHEDULE.slice(1)], handOff: { leaseMs: 60_000, leaseOwner: 'replica-test', room: () => 10, adopt: (c) => void adopted.push(...c) } });
     assert.equal(await batcher.route(await recordTestEvent(db, a.id)), 'awaiting_claim');
     assert.equal(adopted.length, 0);
   });

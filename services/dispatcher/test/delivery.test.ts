@@ -20,11 +20,11 @@ interface Running {
 
 function startScheduler(
   db: Knex,
-  opts: Partial<SchedulerOptions> & { schedule?: number[]; egress?: EgressOptions; retryAfterCapMs?: number } = {},
+  opts: Partial<SchedulerOptions> & { schedule?: number[]; egress?: EgressOptions; retryAfterCapMs?: number; leaseOwner?: string } = {},
 ): Running {
   const egress = createEgressClient({ allowPrivateTargets: true, timeoutMs: 1000, resolve: localResolve, ...opts.egress });
   const scheduler = new DeliveryScheduler(
-    { db, crypto, egress, log, timing: { schedule: opts.schedule ?? FAST_SCHEDULE, retryAfterCapMs: opts.retryAfterCapMs } },
+    { db, crypto, egress, log, leaseOwner: opts.leaseOwner ?? `replica-${Math.random()}`, timing: { schedule: opts.schedule ?? FAST_SCHEDULE, retryAfterCapMs: opts.retryAfterCapMs } },
     { pollIntervalMs: 20, leaseMs: 5000, attemptTimeoutMs: opts.egress?.timeoutMs ?? 1000, ...opts },
   );
   scheduler.start();

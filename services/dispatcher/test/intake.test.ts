@@ -8,7 +8,8 @@ import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { startDispatcher, type Dispatcher } from '../src/index.ts';
 import { routeAndRecordBatch } from '../src/intake.ts';
-import { createInstance, deleteNamespaceStreams, FAST_SCHEDULE, crypto, log, openTestDatabase, recordTestEvent, waitFor, waitForStatus } from './support.ts';
+import { claimDueDeliveries } from '../src/store.ts';
+import { createInstance, deleteNamespaceStreams, FAST_SCHEDULE, crypto, log, openTestDatabase, recordRoutedEvent, recordTestEvent, waitFor, waitForStatus } from './support.ts';
 
 describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
   this.timeout(30_000);
@@ -109,6 +110,16 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     for (const e of lost) await waitForStatus(db, e.id, 'delivered');
     const ids = receiver.requests.filter((r) => r.path === '/sweep').map((r) => r.headers['x-service-event-id']);
     assert.deepEqual(new Set(ids), new Set(lost.map((e) => e.id)));
+  });
+
+  it('a dispatcher restarted under its replica name delivers what its predecessor had claimed without waiting out the lease', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/restarted') } });
+    const events = [await recordRoutedEvent(db, inst.id), await recordRoutedEvent(db, inst.id)];
+    // The predecessor claimed both (a 60 s lease) and died before attempting them.
+    const claimed = await claimDueDeliveries(db, { limit: 2, leaseMs: 60_000, leaseOwner: 'replica-r', excludeDestinations: [], perDestinationLimit: 4 });
+    assert.equal(claimed.length, 2);
+    dispatcher = await startDispatcher({ db, bus, crypto, config, log, pollIntervalMs: 20, leaseMs: 60_000, attemptTimeoutMs: 2000, leaseOwner: 'replica-r', consumeEvents: false });
+    for (const e of events) await waitForStatus(db, e.id, 'delivered', 10_000);
   });
 
   it('routes a batch that races the delete of an instance: the others are written, the deleted events skipped', async () => {

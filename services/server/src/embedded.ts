@@ -1,7 +1,7 @@
 // The embedded deployment: gateway, local session runtime, dispatcher and background jobs in one
 // process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
 // in-process bus in DATA_DIR.
-import { OutboxRelay, createMetrics, loadConfig, openPlatform, startMediaRetention, type Config, type Logger, type Platform } from '@switchboard/core';
+import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, type Config, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
@@ -26,7 +26,8 @@ export async function startEmbeddedServer(config: Config = loadConfig(), opts: {
   const driverFactory = await driverFactoryFor(config, { db });
   const runtime = new LocalSessionRuntime({ db, bus, relay, crypto, media: archive, driverFactory, log });
   const metrics = createMetrics({ db, bus }); // one registry for the whole process, served at /metrics
-  const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics });
+  // One process owns a PGlite data dir, so the leases a restart finds there are its predecessor's.
+  const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: 5_000 });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });

@@ -8,6 +8,7 @@ import * as m004 from './004_event_sweep_index.ts';
 import * as m005 from './005_sandbox_receipts_owed.ts';
 import * as m006 from './006_app_key_project.ts';
 import * as m007 from './007_delivery_destination_url.ts';
+import * as m008 from './008_delivery_lease_owner.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -22,6 +23,7 @@ const migrations: Record<string, Migration> = {
   '005_sandbox_receipts_owed': m005,
   '006_app_key_project': m006,
   '007_delivery_destination_url': m007,
+  '008_delivery_lease_owner': m008,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
