@@ -173,3 +173,32 @@ describe('webhook cancellation rules', function () {
     assert.equal((await statusOf(inst.id, test.body.id)).status, 'cancelled');
   });
 });
+
+describe('webhooks after a crash of the embedded server', function () {
+  this.timeout(60_000);
+  let t: TestServer;
+  let receiver: HttpsReceiver;
+
+  before(async () => {
+    receiver = await startHttpsReceiver();
+    t = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' } }); // PGlite
+  });
+  after(async () => {
+    await t?.stop();
+    await receiver?.close();
+  });
+
+  it('delivers at once what the crashed process had claimed, without waiting out its 60 s lease', async () => {
+    const inst = (await t.admin.post('/api/instances', { name: 'Crash line' })).body;
+    const test = await t.admin.post(`/api/instances/${inst.id}/webhook/test`); // no URL yet: recorded only
+    assert.equal(test.status, 200);
+    // What a kill -9 mid-attempt leaves behind: the delivery leased (60 s) by the process's dispatcher.
+    const db = t.server.platform.db;
+    await db('deliveries')
+      .where({ event_id: test.body.id })
+      .update({ status: 'pending', url: receiver.url('/after-crash'), next_attempt_at: db.raw("date_trunc('milliseconds', now()) + interval '60 seconds'"), lease_until: db.raw("date_trunc('milliseconds', now()) + interval '60 seconds'"), lease_owner: 'embedded' });
+    await t.restart();
+    const [req] = await receiver.waitForRequests(1, 15_000, (r) => r.path === '/after-crash');
+    assert.equal(bodyOf(req).id, test.body.id);
+  });
+});

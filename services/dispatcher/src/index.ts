@@ -13,7 +13,7 @@ import { releaseLeasesOf } from './store.ts';
 export interface DispatcherOptions extends Partial<SchedulerOptions> {
   retryAfterCapMs?: number;
   /** The replica's name, kept with its leases. A stable one (`embedded` for the one process of a
-   *  PGlite data dir, the pod's name in Kubernetes) lets a dispatcher restarted after a crash take
+   *  PGlite data dir, the pod's uid in Kubernetes) lets a dispatcher restarted after a crash take
    *  back at once what it had claimed; two live dispatchers must never share one. Default: a name
    *  of this process alone (a crashed one's claims then wait out their lease). */
   leaseOwner?: string;
@@ -44,14 +44,16 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
   const { db, bus, crypto, config, log } = args;
   const attemptTimeoutMs = args.attemptTimeoutMs ?? DEFAULT_SCHEDULER_OPTIONS.attemptTimeoutMs;
   const ownEgress = args.egress === undefined;
-  const egress = args.egress ?? createEgressClient({ allowPrivateTargets: config.webhookAllowPrivateTargets, timeoutMs: attemptTimeoutMs });
+  if (args.leaseOwner) {
+    const released = await releaseLeasesOf(db, args.leaseOwner);
+    if (released) log.info({ released, leaseOwner: args.leaseOwner }, 'dispatcher: took back the deliveries it had claimed before it restarted');
+  }
   const leaseOwner = args.leaseOwner ?? `dispatcher-${randomUUID()}`;
+  const egress = args.egress ?? createEgressClient({ allowPrivateTargets: config.webhookAllowPrivateTargets, timeoutMs: attemptTimeoutMs });
   const scheduler = new DeliveryScheduler(
     { db, crypto, egress, log, metrics: args.metrics, leaseOwner, timing: { schedule: config.webhookRetrySchedule, retryAfterCapMs: args.retryAfterCapMs ?? DEFAULT_RETRY_AFTER_CAP_MS } },
     pickSchedulerOptions(args),
   );
-  const released = await releaseLeasesOf(db, leaseOwner);
-  if (released) log.info({ released, leaseOwner }, 'dispatcher: took back the deliveries it had claimed before it restarted');
   scheduler.start();
 
   let intake: Subscription | undefined;

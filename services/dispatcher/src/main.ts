@@ -44,7 +44,7 @@ async function start(): Promise<() => Promise<void>> {
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
   const metrics = createMetrics({ db, bus }); // served on HEALTH_PORT at /metrics
-  // The chart sets the pod's name; without it each process is a replica of its own.
+  // The chart sets the pod's uid; without it each process is a replica of its own.
   const leaseOwner = process.env.DISPATCHER_REPLICA_NAME?.trim() || undefined;
   const dispatcher = await startDispatcher({ db, bus, crypto: new Crypto(config.encryptionKey!), config, log, metrics, leaseOwner, ...tuning });
   const healthPort = healthPortFrom(process.env);

@@ -85,12 +85,13 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
        ) l
      )
      UPDATE deliveries d
-     SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), lease_owner = ?, updated_at = now()
+     SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'),
+         lease_until = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), lease_owner = ?, updated_at = now()
      FROM due LEFT JOIN events e ON e.id = due.event_id LEFT JOIN instances i ON i.id = e.instance_id
      WHERE d.event_id = due.event_id
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
                e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
-    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseOwner],
+    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseMs, opts.leaseOwner],
   ).options(prepared('dispatcher_claim_due_leased'));
   return (result.rows as any[])
     .map((r) => ({
@@ -112,16 +113,21 @@ function held(db: Knex, claim: ClaimedDelivery): Knex.QueryBuilder {
 
 /** Hands a claim back without an attempt (destination busy or its breaker open). */
 export async function releaseClaim(db: Knex, claim: ClaimedDelivery, nextAttemptAt: Date): Promise<boolean> {
-  return (await held(db, claim).update({ next_attempt_at: nextAttemptAt, lease_owner: null, updated_at: db.fn.now() })) > 0;
+  return (await held(db, claim).update({ next_attempt_at: nextAttemptAt, updated_at: db.fn.now() })) > 0;
 }
 
 /**
- * Makes due again the open deliveries leased to `owner`: called as a dispatcher starts, when they
- * can only be its predecessor's under the same name (a restart after a crash), so they need not
- * wait out their lease. A name must never be shared by two live dispatchers.
+ * Hands back, as due, the open deliveries still leased to `owner` (their `next_attempt_at` is
+ * the lease it was given): called as a dispatcher starts, when they can only be its
+ * predecessor's under the same name (a restart after a crash), so they need not wait out their
+ * lease. A name must never be shared by two live dispatchers.
  */
 export async function releaseLeasesOf(db: Knex, owner: string): Promise<number> {
-  return db('deliveries').where({ lease_owner: owner }).whereIn('status', ['pending', 'retrying']).update({ next_attempt_at: db.fn.now(), lease_owner: null, updated_at: db.fn.now() });
+  return db('deliveries')
+    .where({ lease_owner: owner })
+    .whereIn('status', ['pending', 'retrying'])
+    .whereRaw('next_attempt_at = lease_until')
+    .update({ next_attempt_at: db.fn.now(), lease_owner: null, lease_until: null, updated_at: db.fn.now() });
 }
 
 /**
@@ -185,7 +191,6 @@ export async function recordFailure(db: Knex, claim: ClaimedDelivery, failure: F
     last_status_code: failure.statusCode,
     last_error: failure.error,
     next_attempt_at: exhausted ? null : db.raw("now() + (?::double precision * interval '1 millisecond')", [failure.retryInMs!]),
-    lease_owner: null,
     updated_at: db.fn.now(),
   });
   return updated > 0;
@@ -240,10 +245,11 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
             WITH ORDINALITY AS t(event_id, instance_id, status, url, delay_ms, lease_ms, place)
        CROSS JOIN LATERAL (SELECT instance_id, body, trace_context FROM events WHERE id = t.event_id OFFSET 0) e),
      inserted AS (
-       INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at, lease_owner)
+       INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at, lease_until, lease_owner)
        SELECT v.event_id, v.instance_id, v.status, v.url,
               CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond')
                    WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END,
+              CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond') END,
               CASE WHEN v.lease_ms IS NOT NULL THEN ?::text END
        FROM v WHERE v.event_instance_id = v.instance_id
        ON CONFLICT (event_id) DO NOTHING

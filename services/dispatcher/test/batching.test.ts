@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
 import { DeliveredWriter } from '../src/delivered-writer.ts';
 import { IntakeBatcher, sweepUnroutedEvents } from '../src/intake.ts';
-import { claimDueDeliveries, insertDeliveries, recordDeliveredBatch, recordFailure, releaseLeasesOf, type ClaimedDelivery } from '../src/store.ts';
+import { claimDueDeliveries, insertDeliveries, recordDeliveredBatch, recordFailure, releaseClaim, releaseLeasesOf, type ClaimedDelivery } from '../src/store.ts';
 import { createInstance, crypto, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent } from './support.ts';
 
 describe('dispatcher batching (PostgreSQL)', () => {
@@ -69,19 +69,23 @@ describe('dispatcher batching (PostgreSQL)', () => {
     assert.deepEqual(claims.map((c) => c.url), [url, url]);
   });
 
-  it('a replica restarted under its name takes back its leases at once, and only its own leases', async () => {
+  it('a replica restarted under its name takes back its leases at once, and nothing else', async () => {
     const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
-    for (let i = 0; i < 4; i++) await recordRoutedEvent(db, inst.id);
-    const [failed, ...mine] = await claimDueDeliveries(db, { limit: 3, leaseMs: 60_000, leaseOwner: 'replica-a', excludeDestinations: [], perDestinationLimit: 4 });
-    const [theirs] = await claimDueDeliveries(db, { limit: 1, leaseMs: 60_000, leaseOwner: 'replica-b', excludeDestinations: [], perDestinationLimit: 4 });
-    // A failed attempt's retry is scheduled, not leased: a restart does not bring it forward.
+    for (let i = 0; i < 6; i++) await recordRoutedEvent(db, inst.id);
+    const lease = { leaseMs: 60_000, excludeDestinations: [], perDestinationLimit: 6 };
+    const [failed, handedBack, takenOver, ...mine] = await claimDueDeliveries(db, { ...lease, limit: 5, leaseOwner: 'replica-a' });
+    const [theirs] = await claimDueDeliveries(db, { ...lease, limit: 1, leaseOwner: 'replica-b' });
+    // Ended leases: a failed attempt's retry is scheduled, a claim handed back is due later, and a
+    // lease another dispatcher (one that knows nothing of owners) took over after it lapsed.
     await recordFailure(db, failed, { statusCode: 500, error: 'http_500', retryInMs: 60_000 });
+    await releaseClaim(db, handedBack, new Date(Date.now() + 60_000));
+    await db('deliveries').where({ event_id: takenOver.eventId }).update({ next_attempt_at: db.raw("now() + interval '10 minutes'") });
 
     assert.equal(await releaseLeasesOf(db, 'replica-a'), 2);
     const due = await db('deliveries').where('next_attempt_at', '<=', db.fn.now()).pluck('event_id');
     assert.deepEqual(due.sort(), mine.map((c) => c.eventId).sort());
     const later = await db('deliveries').where('next_attempt_at', '>', db.fn.now()).pluck('event_id');
-    assert.deepEqual(later.sort(), [failed.eventId, theirs.eventId].sort(), "the retry's schedule and the other replica's lease stand");
+    assert.deepEqual(later.sort(), [failed, handedBack, takenOver, theirs].map((c) => c.eventId).sort(), 'schedules and the other replica\'s lease stand');
   });
 
   it('records delivered attempts in one statement, each fenced on its own lease', async () => {
@@ -192,6 +196,8 @@ describe('dispatcher batching (PostgreSQL)', () => {
 
     assert.deepEqual(answers, ['recorded', 'recorded', 'recorded', 'awaiting_claim', 'awaiting_claim', 'recorded']);
     assert.deepEqual(adopted.map((c) => c.eventId), [events[1].id, events[2].id], 'the room of a.example/hook, nothing for b.example/hook');
+    const owners = await db('deliveries').whereIn('event_id', events.map((e) => e.id)).select('event_id', 'lease_owner');
+    for (const { event_id, lease_owner } of owners) assert.equal(lease_owner, adopted.some((c) => c.eventId === event_id) ? 'replica-test' : null, 'only handed-off rows are leased, to the intake\'s replica');
     for (const claim of adopted) {
       const row = await db('deliveries').where({ event_id: claim.eventId }).first();
       const event = await db('events').where({ id: claim.eventId }).first('body');

@@ -183,6 +183,11 @@ describe('chart, CRDs and examples', function () {
     assert.equal(operatorEnv.find((e) => e.name === 'LEADER_ELECTION_LEASE')!.value, 'sb-switchboard-operator');
   });
 
+  it("names each dispatcher replica by its pod's uid (its leases survive a container restart)", () => {
+    const env = find(template(REQUIRED), 'Deployment', 'sb-switchboard-dispatcher')!.spec.template.spec.containers[0].env as Obj[];
+    assert.deepEqual(env.find((e) => e.name === 'DISPATCHER_REPLICA_NAME')!.valueFrom, { fieldRef: { fieldPath: 'metadata.uid' } });
+  });
+
   it('ships the same CRDs in the chart as in crds/', () => {
     for (const file of ['instances.switchboard.dev.yaml', 'projects.switchboard.dev.yaml']) {
       assert.equal(readFileSync(root(`charts/switchboard/crds/${file}`), 'utf8'), readFileSync(root(`crds/${file}`), 'utf8'), file);
