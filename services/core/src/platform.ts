@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { Config } from './config.ts';
 import { ConfigError } from './config.ts';
 import { ensureDirectory } from './directories.ts';
+import { lockDataDirectory } from './data-dir-lock.ts';
 import { Crypto, randomToken, TOKEN_PREFIXES } from './crypto.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { migrate, openDatabase, type Db } from './db/connect.ts';
@@ -45,9 +46,12 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   if (config.adminApiKey && config.adminApiKey.length < 16) log.warn('ADMIN_API_KEY is shorter than 16 characters; use a long random key outside development');
   const crypto = new Crypto(keys.encryptionKey);
   const database = config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR';
-  const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
-  const closers: (() => Promise<unknown>)[] = [() => db.destroy()];
+  // PGlite's files take one process at a time.
+  const unlock = config.databaseUrl ? () => undefined : await startStep('DATA_DIR', 'cannot be used', async () => lockDataDirectory(config.dataDir));
+  const closers: (() => Promise<unknown>)[] = [async () => unlock()];
   try {
+    const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
+    closers.unshift(() => db.destroy());
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
     const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
     closers.unshift(() => bus.close());
