@@ -13,9 +13,9 @@ export interface SessionRuntime {
   reset(instanceId: string): Promise<void>;
   /**
    * Deletes the instance: stops its session, forgets its credentials, then runs `deleteRecord`
-   * (deletes the database row), all before the instance's next start, stop or
-   * reset runs, so a connect racing the delete finds no instance instead of starting a session
-   * nobody can stop. Returns what `deleteRecord` returned (false: it was already gone).
+   * (deletes the database row), all before the instance's next start, stop or reset runs, so a
+   * connect racing the delete finds no instance instead of starting a session nobody can stop.
+   * Returns what `deleteRecord` returned (false: it was already gone).
    */
   remove(instanceId: string, deleteRecord: () => Promise<boolean>): Promise<boolean>;
   /**

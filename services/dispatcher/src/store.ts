@@ -3,7 +3,7 @@
 // out, and every later write is fenced on that lease value (a replica whose lease expired cannot
 // overwrite the result of the replica that took over).
 import type { Knex } from 'knex';
-import { jsonObject, prepared } from '@switchboard/core';
+import { isForeignKeyViolation, jsonObject, prepared } from '@switchboard/core';
 
 /** What an attempt sends: the exact body, the trace context and the instance's sealed secret. */
 export interface AttemptMaterial {
@@ -83,15 +83,16 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
          WHERE d.event_id = picked.event_id AND d.status IN ('pending', 'retrying') AND d.next_attempt_at <= now()
          FOR UPDATE SKIP LOCKED
        ) l
+     ), lease AS (
+       SELECT date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond') AS until
      )
      UPDATE deliveries d
-     SET next_attempt_at = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'),
-         lease_until = date_trunc('milliseconds', now()) + (?::double precision * interval '1 millisecond'), lease_owner = ?, updated_at = now()
-     FROM due LEFT JOIN events e ON e.id = due.event_id LEFT JOIN instances i ON i.id = e.instance_id
+     SET next_attempt_at = lease.until, lease_until = lease.until, lease_owner = ?, updated_at = now()
+     FROM lease, due LEFT JOIN events e ON e.id = due.event_id LEFT JOIN instances i ON i.id = e.instance_id
      WHERE d.event_id = due.event_id
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
                e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
-    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseMs, opts.leaseOwner],
+    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseOwner],
   ).options(prepared('dispatcher_claim_due_leased'));
   return (result.rows as any[])
     .map((r) => ({
@@ -240,17 +241,16 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
   // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
   const write = () => db.raw(
     `WITH v AS (
-       SELECT t.*, e.instance_id AS event_instance_id, e.body, e.trace_context
+       SELECT t.*, e.instance_id AS event_instance_id, e.body, e.trace_context,
+              date_trunc('milliseconds', now()) + (t.lease_ms * interval '1 millisecond') AS lease_at
        FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
             WITH ORDINALITY AS t(event_id, instance_id, status, url, delay_ms, lease_ms, place)
        CROSS JOIN LATERAL (SELECT instance_id, body, trace_context FROM events WHERE id = t.event_id OFFSET 0) e),
      inserted AS (
        INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at, lease_until, lease_owner)
        SELECT v.event_id, v.instance_id, v.status, v.url,
-              CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond')
-                   WHEN v.delay_ms IS NOT NULL THEN now() + (v.delay_ms * interval '1 millisecond') END,
-              CASE WHEN v.lease_ms IS NOT NULL THEN date_trunc('milliseconds', now()) + (v.lease_ms * interval '1 millisecond') END,
-              CASE WHEN v.lease_ms IS NOT NULL THEN ?::text END
+              coalesce(v.lease_at, now() + (v.delay_ms * interval '1 millisecond')), v.lease_at,
+              CASE WHEN v.lease_at IS NOT NULL THEN ?::text END
        FROM v WHERE v.event_instance_id = v.instance_id
        ON CONFLICT (event_id) DO NOTHING
        RETURNING event_id, instance_id, url, next_attempt_at
@@ -302,7 +302,7 @@ async function againAfterDeletes<T>(statement: () => Promise<T>, tries = 3): Pro
     try {
       return await statement();
     } catch (err) {
-      if ((err as { code?: string }).code !== '23503' || attempt >= tries) throw err;
+      if (!isForeignKeyViolation(err) || attempt >= tries) throw err;
     }
   }
 }

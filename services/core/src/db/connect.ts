@@ -54,6 +54,13 @@ export async function migrate(db: Db): Promise<void> {
   await db.migrate.latest({ migrationSource });
 }
 
+/** SQLSTATE of a reference the database refuses: the row it names was deleted, maybe just now. */
+export const FOREIGN_KEY_VIOLATION = '23503';
+
+export function isForeignKeyViolation(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === FOREIGN_KEY_VIOLATION;
+}
+
 /** Query options (knex `.options()`) that run a constant statement as a named prepared statement
  *  on PostgreSQL: parsed and planned once per connection instead of on every call. PGlite ignores
  *  the name. The text under one name must never change. */

@@ -1,5 +1,5 @@
 // Small lookups shared by several route modules.
-import { Problem, problems } from '@switchboard/core';
+import { isForeignKeyViolation, Problem, problems } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { Principal } from '../http/auth.ts';
 
@@ -19,15 +19,13 @@ export async function assertProjectExists(deps: GatewayDeps, projectId: string |
 
 export const deleted = (id: string) => ({ id, deleted: true });
 
-const FOREIGN_KEY_VIOLATION = '23503';
-
 /** A write that names other rows (an instance, a project). If a concurrent delete removed one after
  *  it was checked, the database refuses the reference: that is the 404 of the check, not a 500. */
 export async function withReferences<T>(write: Promise<T>, absent: string): Promise<T> {
   try {
     return await write;
   } catch (err) {
-    if ((err as { code?: string }).code === FOREIGN_KEY_VIOLATION) throw problems.notFound(absent);
+    if (isForeignKeyViolation(err)) throw problems.notFound(absent);
     throw err;
   }
 }

@@ -8,7 +8,7 @@
 // column refuses, a deadlock with another writer — its items are written one by one in arrival
 // order, so the limit stays exact and one client's bad item fails only its own request. When the
 // database itself is failing (connection lost, shutting down), the whole batch fails at once.
-import { batchGatherMs, CallBatcher, prepared, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
+import { batchGatherMs, CallBatcher, FOREIGN_KEY_VIOLATION, prepared, QUEUE_FULL_SQLSTATE, outboxRow, subjects, type Db } from '@switchboard/core';
 
 export interface NewSendItem {
   id: string;
@@ -29,7 +29,7 @@ export interface NewSendItem {
 export type WriteResult = 'queued' | 'key_in_use' | 'queue_full' | 'instance_gone';
 
 /** What a lone item's refusal means for its request (anything else fails the request). */
-const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', '23503': 'instance_gone' };
+const SINGLE_ITEM_FAULTS: Record<string, WriteResult | undefined> = { [QUEUE_FULL_SQLSTATE]: 'queue_full', [FOREIGN_KEY_VIOLATION]: 'instance_gone' };
 /** SQLSTATE classes one item can cause: data (22), constraints (23), transaction rollback such as a
  *  deadlock (40). Others (08 connection, 53 resources, 57 shutdown, XX internal) are the database's. */
 const ITEM_FAULT_CLASSES = new Set(['22', '23', '40']);
