@@ -8,6 +8,7 @@ import { DEFAULT_RETRY_AFTER_CAP_MS } from './backoff.ts';
 import { createEgressClient, type EgressClient } from './egress.ts';
 import { startIntake, type IntakeOptions } from './intake.ts';
 import { DeliveryScheduler, DEFAULT_SCHEDULER_OPTIONS, type SchedulerOptions } from './scheduler.ts';
+import { DEFAULT_REPLICA_LIVENESS, ReplicaLiveness } from './replica-liveness.ts';
 import { releaseLeasesOf } from './store.ts';
 
 export interface DispatcherOptions extends Partial<SchedulerOptions> {
@@ -15,8 +16,13 @@ export interface DispatcherOptions extends Partial<SchedulerOptions> {
   /** The replica's name, kept with its leases. A stable one (`embedded` for the one process of a
    *  PGlite data dir, the pod's uid in Kubernetes) lets a dispatcher restarted after a crash take
    *  back at once what it had claimed; two live dispatchers must never share one. Default: a name
-   *  of this process alone (a crashed one's claims then wait out their lease). */
+   *  of this process alone (a crashed one's claims then go to another replica once it is found
+   *  gone, see replica-liveness.ts). */
   leaseOwner?: string;
+  /** How often this replica records that it is alive, and after how long without that another
+   *  replica hands back its leases (replica-liveness.ts; defaults 5 s and 20 s). */
+  replicaHeartbeatMs?: number;
+  replicaGoneAfterMs?: number;
   /** Replace the egress client (tests: a resolver that simulates DNS). */
   egress?: EgressClient;
   /** false: run only the scheduler, without consuming the event stream. */
@@ -54,7 +60,12 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
     { db, crypto, egress, log, metrics: args.metrics, leaseOwner, timing: { schedule: config.webhookRetrySchedule, retryAfterCapMs: args.retryAfterCapMs ?? DEFAULT_RETRY_AFTER_CAP_MS } },
     pickSchedulerOptions(args),
   );
+  const liveness = new ReplicaLiveness(
+    { db, log, name: leaseOwner, onReleased: () => scheduler.kick() },
+    { heartbeatMs: args.replicaHeartbeatMs ?? DEFAULT_REPLICA_LIVENESS.heartbeatMs, goneAfterMs: args.replicaGoneAfterMs ?? DEFAULT_REPLICA_LIVENESS.goneAfterMs },
+  );
   scheduler.start();
+  await liveness.start();
 
   let intake: Subscription | undefined;
   if (args.consumeEvents !== false) {
@@ -62,6 +73,7 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
       intake = await startIntake({ db, bus, log, schedule: config.webhookRetrySchedule, onPending: () => scheduler.kick(), handOff: scheduler }, args.intake);
     } catch (err) {
       await scheduler.stop();
+      await liveness.stop();
       if (ownEgress) await egress.close();
       throw err;
     }
@@ -73,6 +85,7 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
     async stop() {
       await intake?.stop();
       await scheduler.stop();
+      await liveness.stop();
       if (ownEgress) await egress.close();
     },
   };

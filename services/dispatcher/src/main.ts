@@ -3,7 +3,8 @@
 //
 // Besides the shared variables (DESIGN §4) it reads optional tuning variables, mainly for tests:
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
-// DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY.
+// DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
+// DISPATCHER_REPLICA_GONE_AFTER_MS.
 import { ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 
@@ -13,6 +14,8 @@ const TUNING: Record<string, keyof DispatcherOptions> = {
   DISPATCHER_ATTEMPT_TIMEOUT_MS: 'attemptTimeoutMs',
   DISPATCHER_MAX_CONCURRENT: 'maxConcurrent',
   DISPATCHER_PER_DESTINATION_CONCURRENCY: 'perDestinationConcurrency',
+  DISPATCHER_REPLICA_HEARTBEAT_MS: 'replicaHeartbeatMs',
+  DISPATCHER_REPLICA_GONE_AFTER_MS: 'replicaGoneAfterMs',
 };
 
 function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {

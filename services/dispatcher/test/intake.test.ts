@@ -122,6 +122,16 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     for (const e of events) await waitForStatus(db, e.id, 'delivered', 10_000);
   });
 
+  it('delivers what a replica gone for good had claimed once it is found silent, without waiting out the lease', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/orphaned') } });
+    const events = [await recordRoutedEvent(db, inst.id), await recordRoutedEvent(db, inst.id)];
+    // A replica on a lost node claimed both (a 60 s lease) and was last seen a minute ago.
+    await claimDueDeliveries(db, { limit: 2, leaseMs: 60_000, leaseOwner: 'replica-lost', excludeDestinations: [], perDestinationLimit: 4 });
+    await db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-lost', now() - interval '1 minute')`);
+    dispatcher = await startDispatcher({ db, bus, crypto, config, log, pollIntervalMs: 30_000, leaseMs: 60_000, attemptTimeoutMs: 2000, replicaHeartbeatMs: 50, replicaGoneAfterMs: 300, consumeEvents: false });
+    for (const e of events) await waitForStatus(db, e.id, 'delivered', 10_000);
+  });
+
   it('routes a batch that races the delete of an instance: the others are written, the deleted events skipped', async () => {
     const kept = await createInstance(db, { webhook: { url: receiver.url('/kept') } });
     const doomed = await createInstance(db, { webhook: { url: receiver.url('/doomed') } });

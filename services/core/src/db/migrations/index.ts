@@ -9,6 +9,7 @@ import * as m005 from './005_sandbox_receipts_owed.ts';
 import * as m006 from './006_app_key_project.ts';
 import * as m007 from './007_delivery_destination_url.ts';
 import * as m008 from './008_delivery_lease_owner.ts';
+import * as m009 from './009_dispatcher_replicas.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -24,6 +25,7 @@ const migrations: Record<string, Migration> = {
   '006_app_key_project': m006,
   '007_delivery_destination_url': m007,
   '008_delivery_lease_owner': m008,
+  '009_dispatcher_replicas': m009,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

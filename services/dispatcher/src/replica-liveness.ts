@@ -1,0 +1,114 @@
+// Each dispatcher replica says every few seconds that it is alive (a row of dispatcher_replicas,
+// stamped with the database's clock). A replica that has not said so for `goneAfterMs` is gone —
+// killed, or on a node that was lost — and whichever replica notices first hands back as due the
+// leases it held, so its claims wait seconds instead of the rest of their 60 s lease. A restarted
+// replica under the same name takes its leases back itself at start (see startDispatcher).
+//
+// A false alarm (a replica alive but silent for `goneAfterMs`) costs at most a second attempt of
+// the deliveries it had under way: its results are fenced off (the lease is no longer its own),
+// and the receiver sees the same event id twice, which at-least-once delivery allows. Replicas of
+// a version without this table hold leases under names that have no row here; those are never
+// touched and wait out their lease as before.
+import type { Knex } from 'knex';
+import type { Logger } from '@switchboard/core';
+import { releaseLeasesOf } from './store.ts';
+
+export interface ReplicaLivenessOptions {
+  /** How often this replica says it is alive. */
+  heartbeatMs: number;
+  /** Silence after which a replica is gone. Several heartbeats, so a slow statement or a pause
+   *  of the event loop is not taken for a crash. */
+  goneAfterMs: number;
+}
+
+export const DEFAULT_REPLICA_LIVENESS: ReplicaLivenessOptions = { heartbeatMs: 5_000, goneAfterMs: 20_000 };
+
+export interface ReplicaLivenessDeps {
+  db: Knex;
+  log: Logger;
+  /** This replica's name, the one its leases carry. */
+  name: string;
+  /** Called with how many deliveries were handed back, so the local scheduler claims them now. */
+  onReleased(count: number): void;
+}
+
+export class ReplicaLiveness {
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> | undefined;
+  /** When this replica's current run of timely heartbeats began (local monotonic ms). It judges
+   *  others only once that run is `goneAfterMs` long: after a database outage every replica's
+   *  stamp is old, and none may call the others gone before they had the time to stamp again. */
+  private streakStart: number | undefined;
+  private lastBeat: number | undefined;
+
+  constructor(
+    private readonly deps: ReplicaLivenessDeps,
+    private readonly opts: ReplicaLivenessOptions = DEFAULT_REPLICA_LIVENESS,
+  ) {
+    if (opts.goneAfterMs < 2 * opts.heartbeatMs) throw new Error(`dispatcher: goneAfterMs (${opts.goneAfterMs}) must be at least twice heartbeatMs (${opts.heartbeatMs})`);
+  }
+
+  async start(): Promise<void> {
+    await this.beat();
+    this.schedule();
+  }
+
+  /** Stops the heartbeat and removes this replica's row (its claims were handed back already). */
+  async stop(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.beating;
+    try {
+      await this.deps.db('dispatcher_replicas').where({ name: this.deps.name }).delete();
+    } catch (err) {
+      // Harmless: the row goes stale and the next check of another replica removes it.
+      this.deps.log.warn({ err }, 'dispatcher: could not remove this replica from dispatcher_replicas');
+    }
+  }
+
+  private schedule(): void {
+    this.timer = setTimeout(() => {
+      this.beating = this.beat().finally(() => {
+        this.beating = undefined;
+        if (this.timer) this.schedule();
+      });
+    }, this.opts.heartbeatMs);
+    this.timer.unref();
+  }
+
+  private async beat(): Promise<void> {
+    try {
+      await this.deps.db.raw(
+        `INSERT INTO dispatcher_replicas (name, seen_at) VALUES (?, now())
+         ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at`,
+        [this.deps.name],
+      );
+    } catch (err) {
+      this.streakStart = undefined;
+      this.deps.log.warn({ err }, 'dispatcher: could not record that this replica is alive; will try again');
+      return;
+    }
+    const now = performance.now();
+    if (this.lastBeat === undefined || this.streakStart === undefined || now - this.lastBeat > 2 * this.opts.heartbeatMs) this.streakStart = now;
+    this.lastBeat = now;
+    if (now - this.streakStart >= this.opts.goneAfterMs) await this.releaseGoneReplicas();
+  }
+
+  private async releaseGoneReplicas(): Promise<void> {
+    try {
+      const released = await this.deps.db.transaction(async (trx) => {
+        const gone: { name: string }[] = await trx('dispatcher_replicas')
+          .where('seen_at', '<', trx.raw(`now() - ? * interval '1 millisecond'`, [this.opts.goneAfterMs]))
+          .delete()
+          .returning('name');
+        let count = 0;
+        for (const { name } of gone) count += await releaseLeasesOf(trx, name);
+        if (gone.length) this.deps.log.info({ replicas: gone.map((g) => g.name), released: count }, 'dispatcher: replicas gone silent; handed back the deliveries they had claimed');
+        return count;
+      });
+      if (released) this.deps.onReleased(released);
+    } catch (err) {
+      this.deps.log.warn({ err }, 'dispatcher: could not check for replicas gone silent; will try again');
+    }
+  }
+}

@@ -1,0 +1,81 @@
+// Replicas that stop saying they are alive (killed, their node lost) have their leases handed
+// back by another replica long before the leases run out (PostgreSQL).
+import assert from 'node:assert/strict';
+import type { Knex } from 'knex';
+import { ReplicaLiveness } from '../src/replica-liveness.ts';
+import { claimDueDeliveries } from '../src/store.ts';
+import { createInstance, log, openTestDatabase, recordRoutedEvent, waitFor } from './support.ts';
+
+describe('dispatcher replica liveness (PostgreSQL)', () => {
+  let db: Knex;
+  let drop: () => Promise<void>;
+  const running: ReplicaLiveness[] = [];
+
+  beforeEach(async () => {
+    ({ db, drop } = await openTestDatabase());
+  });
+  afterEach(async () => {
+    for (const r of running.splice(0)) await r.stop();
+    await drop();
+  });
+
+  const claimFor = async (owner: string, count: number) => {
+    const claims = await claimDueDeliveries(db, { limit: count, leaseMs: 60_000, leaseOwner: owner, excludeDestinations: [], perDestinationLimit: 100 });
+    assert.equal(claims.length, count);
+    return claims.map((c) => c.eventId);
+  };
+  const leasedTo = (owner: string) => db('deliveries').where({ lease_owner: owner }).whereRaw('next_attempt_at = lease_until').pluck('event_id');
+  const stamp = (name: string, ago: string) => db.raw(`insert into dispatcher_replicas (name, seen_at) values (?, now() - ?::interval)`, [name, ago]);
+  const startReplica = async (name: string, opts = { heartbeatMs: 50, goneAfterMs: 400 }, onReleased: (n: number) => void = () => undefined) => {
+    const replica = new ReplicaLiveness({ db, log, name, onReleased }, opts);
+    running.push(replica);
+    await replica.start();
+    return replica;
+  };
+
+  it('hands back the leases of a replica gone silent, and only those', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    for (let i = 0; i < 6; i++) await recordRoutedEvent(db, inst.id);
+    const gone = await claimFor('replica-gone', 3);
+    const alive = await claimFor('replica-alive', 2);
+    const previousVersion = await claimFor('replica-of-a-version-without-liveness', 1);
+    await stamp('replica-gone', '1 hour');
+    let released = 0;
+    await startReplica('replica-alive', undefined, (n) => (released += n));
+    await startReplica('replica-watcher', undefined, (n) => (released += n));
+
+    await waitFor('the silent replica\'s leases handed back', async () => (await leasedTo('replica-gone')).length === 0);
+    const due = await db('deliveries').whereIn('event_id', gone).where('next_attempt_at', '<=', db.fn.now()).whereNull('lease_owner').pluck('event_id');
+    assert.deepEqual(due.sort(), [...gone].sort(), 'due now, held by nobody');
+    assert.equal(released, 3, 'the scheduler is told how many it can claim now');
+    assert.deepEqual((await leasedTo('replica-alive')).sort(), [...alive].sort(), 'a live replica keeps its leases');
+    assert.deepEqual(await leasedTo('replica-of-a-version-without-liveness'), previousVersion, 'a replica unknown to the table keeps its lease until it runs out');
+    const names = await db('dispatcher_replicas').orderBy('name').pluck('name');
+    assert.deepEqual(names, ['replica-alive', 'replica-watcher']);
+  });
+
+  it('judges nobody until its own heartbeats have run for the whole silence (after an outage every stamp is old)', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    await recordRoutedEvent(db, inst.id);
+    const gone = await claimFor('replica-gone', 1);
+    await stamp('replica-gone', '1 hour');
+    const startedAt = performance.now();
+    await startReplica('replica-watcher', { heartbeatMs: 100, goneAfterMs: 1500 });
+    await waitFor('the silent replica\'s lease handed back', async () => (await leasedTo('replica-gone')).length === 0, 10_000);
+    assert.ok(performance.now() - startedAt >= 1500, 'not before the watcher itself was seen alive for goneAfterMs');
+    assert.deepEqual(await db('deliveries').whereIn('event_id', gone).whereNull('lease_owner').pluck('event_id'), gone);
+  });
+
+  it('records itself while it runs and leaves the table when stopped', async () => {
+    const replica = await startReplica('replica-a');
+    const first = (await db('dispatcher_replicas').where({ name: 'replica-a' }).first()).seen_at as Date;
+    await waitFor('a later heartbeat', async () => ((await db('dispatcher_replicas').where({ name: 'replica-a' }).first()).seen_at as Date) > first);
+    running.splice(running.indexOf(replica), 1);
+    await replica.stop();
+    assert.equal((await db('dispatcher_replicas').where({ name: 'replica-a' })).length, 0);
+  });
+
+  it('refuses a silence shorter than two heartbeats', () => {
+    assert.throws(() => new ReplicaLiveness({ db, log, name: 'x', onReleased: () => undefined }, { heartbeatMs: 1000, goneAfterMs: 1500 }), /goneAfterMs/);
+  });
+});
