@@ -3,6 +3,7 @@
 // wait in the queue) and turns what the driver reports into rows and events.
 import type { Knex } from 'knex';
 import {
+  busDefaults,
   DbAuthStore,
   enqueueOutbox,
   problems,
@@ -24,6 +25,10 @@ import { ownerLockFor, type OwnerLock } from './owner-lock.ts';
 import { SendCommandHandler } from './send-command.ts';
 import { applyReceipt, markUncertain, type SendItemRow } from './send-items.ts';
 import { SettingsCache } from './settings-cache.ts';
+
+/** Queued items are published again once they are this close to the commands stream's max age
+ *  (before the stream can have dropped their command; a repeat is harmless). */
+const COMMAND_AGE_MARGIN_MS = 3_600_000;
 
 export interface SessionWorkerOptions {
   instanceId: string;
@@ -230,9 +235,16 @@ export class SessionWorker {
 
   /** Republishes every queued item's command: a bus that lost them gets them again, and the
    *  re-read in the send handler makes duplicates harmless. */
-  private async requeueQueuedItems(): Promise<void> {
+  /** Publishes the commands of queued items again (the bus drops repeats within its duplicate
+   *  window; the handler skips items no longer queued). `createdBefore`: only items at least that
+   *  old (ms, by the database's clock). */
+  private async requeueQueuedItems(createdBefore = 0): Promise<void> {
     const { db, instanceId } = this.opts;
-    const ids = (await db('send_items').where({ instance_id: instanceId, status: 'queued' }).orderBy('created_at').pluck('id')) as string[];
+    const ids = (await db('send_items')
+      .where({ instance_id: instanceId, status: 'queued' })
+      .where('created_at', '<=', db.raw(`now() - ? * interval '1 millisecond'`, [createdBefore]))
+      .orderBy('created_at')
+      .pluck('id')) as string[];
     if (!ids.length) return;
     await db.transaction(async (trx) => {
       for (const id of ids) {
@@ -318,6 +330,12 @@ export class SessionWorker {
 
   private async startConsumer(): Promise<void> {
     if (this.subscription) return;
+    // The commands stream drops what it held longer than its max age, while SEND_EXPIRY_MS may
+    // keep an item queued longer (a connection down for more than a day): those go out now, after
+    // the newer items whose commands the stream still holds.
+    await this.requeueQueuedItems(busDefaults.commandsMaxAgeMs - COMMAND_AGE_MARGIN_MS).catch((err) =>
+      this.log.warn({ err: String(err) }, 'session: could not publish again the commands of old queued items; the next connect tries again'),
+    );
     this.subscription = await this.opts.bus.consume(
       {
         stream: 'commands',

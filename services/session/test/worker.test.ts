@@ -173,6 +173,15 @@ for (const nats of [false, true]) {
       assert.deepEqual([drop.previousState, drop.reason], ['connected', 'connection_lost']);
     });
 
+    it('an item queued longer than the commands stream keeps commands (SEND_EXPIRY_MS over a day) goes out on reconnect', async () => {
+      await connect();
+      await runtime.call(instanceId, 'sandbox.drop', { reason: 'connection_lost' });
+      // Queued 26 h ago and still valid: the stream dropped its command after 25 h.
+      const old = await enqueueSend(env, instanceId, { phone: OK, publish: false, expiresAt: new Date(Date.now() + 22 * 3_600_000) });
+      await env.db('send_items').where({ id: old.id }).update({ created_at: env.db.raw(`now() - interval '26 hours'`) });
+      await waitStatus(old.id, 'read');
+    });
+
     it('records inbound text, group, LID, fromMe and media messages with their events', async () => {
       await connect();
       const call = (body: Record<string, unknown>) => runtime.call(instanceId, 'sandbox.inbound', body);

@@ -20,5 +20,6 @@ export async function openBus(opts: OpenBusOptions): Promise<Bus> {
   return new MemoryBus({ log: opts.log });
 }
 
+export { busDefaults } from './semantics.ts';
 export { JetStreamBus, type JetStreamBusOptions } from './jetstream.ts';
 export { MemoryBus, type MemoryBusOptions } from './memory.ts';

@@ -8,7 +8,9 @@ const HOUR = 60 * MINUTE;
 export const busDefaults = {
   /** A second publish with the same msgId inside this window is dropped. */
   duplicateWindowMs: 2 * MINUTE,
-  /** Send commands older than this are dropped by the stream (items expire after 24 h anyway). */
+  /** Send commands older than this are dropped by the stream. Items expire after 24 h by
+   *  default; with a longer SEND_EXPIRY_MS the session publishes older queued items again when it
+   *  starts consuming (SessionWorker.startConsumer). */
   commandsMaxAgeMs: 25 * HOUR,
   /** Recorded events are kept this long for (re)delivery. */
   eventsMaxAgeMs: 7 * 24 * HOUR,
