@@ -23,7 +23,7 @@ export async function startEmbeddedServer(config: Config = loadConfig(), opts: {
   const relay = new OutboxRelay(db, bus, log);
   relay.start();
   const archive = mediaArchive({ db, store: media, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds });
-  const driverFactory = await driverFactoryFor(config, { db });
+  const driverFactory = await driverFactoryFor(config, { db, log });
   const runtime = new LocalSessionRuntime({ db, bus, relay, crypto, media: archive, driverFactory, log });
   const metrics = createMetrics({ db, bus }); // one registry for the whole process, served at /metrics
   // One process owns a PGlite data dir, so the leases a restart finds there are its predecessor's.

@@ -86,7 +86,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     crypto,
     log,
     media: mediaArchive({ db, store: mediaStore, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds }),
-    driverFactory: await driverFactoryFor(config, { db }),
+    driverFactory: await driverFactoryFor(config, { db, log }),
     commandAckWaitMs: cfg.ackWaitMs,
     lockRetryMs: cfg.lockRetryMs,
   });

@@ -32,6 +32,7 @@ import {
 } from '@switchboard/core';
 import { createTestDatabase } from '../../../test/support/services.ts';
 import { createBaileysDriver, type BaileysDriverOptions } from '../src/drivers/baileys/index.ts';
+import { driverFactoryFor } from '../src/drivers.ts';
 import { isWhatsAppMediaUrl } from '../src/drivers/baileys/media-download.ts';
 import { backoffDelay, closeAction } from '../src/drivers/baileys/close-policy.ts';
 import { StandInNetwork, type StandInSocket } from '../src/drivers/baileys/stand-in-socket.ts';
@@ -811,6 +812,19 @@ async function collect(stream: AsyncIterable<Buffer>): Promise<Buffer> {
   for await (const chunk of stream) chunks.push(chunk);
   return Buffer.concat(chunks);
 }
+
+
+describe('NETWORK_DRIVER=baileys (driverFactoryFor)', () => {
+  it('loads the Baileys driver with the process logger, so LOG_LEVEL and the logger\'s fields apply to it', async () => {
+    const bindings: Record<string, unknown>[] = [];
+    const processLog = Object.assign(Object.create(log) as typeof log, {
+      child: (b: Record<string, unknown>, o?: Record<string, unknown>) => (bindings.push(b), log.child(b, o)),
+    });
+    const factory = await driverFactoryFor({ networkDriver: 'baileys', sandboxReceiptDelayMs: 0 }, { db, log: processLog });
+    factory({ instanceId: INSTANCE, auth: new MemoryAuthStore(), listener: new Listener(), isOwnSend: async () => false, settings: () => defaultSettings() });
+    assert.ok(bindings.some((b) => b.driver === 'baileys' && b.instanceId === INSTANCE), 'the driver logs under the logger it was given');
+  });
+});
 
 /** A local media host: serves what `lookup` returns for a path, 404 otherwise; 'hang' never answers. */
 async function mediaServer(lookup: (path: string) => Buffer | 'hang' | undefined): Promise<{ url: string; close(): Promise<void> }> {

@@ -10,6 +10,3 @@ export { bufferJsonCodec } from './auth-state.ts';
 export function createBaileysDriver(opts: BaileysDriverOptions): DriverFactory {
   return (ctx) => new BaileysDriver(ctx, opts);
 }
-
-// The session's driver loader (src/drivers.ts) takes the module's default export.
-export default createBaileysDriver;
