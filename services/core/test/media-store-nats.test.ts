@@ -54,6 +54,27 @@ describe('NatsMediaStore specifics', function () {
     await store.close();
   });
 
+  it('brings an existing bucket to the TTL it is opened with, keeping its objects (MEDIA_RETENTION_MS raised)', async () => {
+    const own = testNamespace();
+    const crypto = new Crypto(randomBytes(32));
+    const stream = `OBJ_${natsMediaBucketName(own)}`;
+    const jsm = await jetstreamManager(nc);
+    try {
+      const first = await NatsMediaStore.open({ nc, namespace: own, crypto, ttlMs: 3_600_000 });
+      await first.put('med_kept', Buffer.from('kept'));
+      await first.close();
+      const untouched = await NatsMediaStore.open({ nc, namespace: own, crypto });
+      await untouched.close();
+      assert.equal((await jsm.streams.info(stream)).config.max_age, 3_600 * 1_000_000_000, 'opened without a TTL: the bucket keeps its own');
+      const raised = await NatsMediaStore.open({ nc, namespace: own, crypto, ttlMs: 90 * 86_400_000 });
+      assert.equal((await jsm.streams.info(stream)).config.max_age, 90 * 86_400 * 1_000_000_000);
+      assert.equal(Buffer.from(await raised.get('med_kept')).toString(), 'kept');
+      await raised.close();
+    } finally {
+      await jsm.streams.delete(stream).catch(() => undefined);
+    }
+  });
+
   it('reports a chunk altered in the stream itself (digest mismatch) as MediaIntegrityError', async () => {
     const store = await NatsMediaStore.open({ nc, namespace, crypto: new Crypto(randomBytes(32)) });
     await store.put('med_chunk', randomBytes(1000));

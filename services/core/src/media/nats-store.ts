@@ -4,6 +4,7 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as NodeWebReadableStream } from 'node:stream/web';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { Objm, type ObjectStore } from '@nats-io/obj';
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
 import type { Crypto } from '../crypto.ts';
@@ -24,8 +25,18 @@ export interface NatsMediaStoreOptions {
   /** An existing connection (left open by close()), or a URL to open one owned by the store. */
   nc?: NatsConnection;
   natsUrl?: string;
-  /** How long the bucket keeps an object; default 30 days. */
+  /** How long the bucket keeps an object (MEDIA_RETENTION_MS); an existing bucket is brought to
+   *  it. Without it a new bucket keeps objects 30 days and an existing one keeps its own TTL. */
   ttlMs?: number;
+}
+
+/** Creating a bucket that exists keeps its TTL: without this, a TTL set before MEDIA_RETENTION_MS
+ *  was raised (or by a process that did not pass it) would delete media the records still list. */
+async function keepObjectsFor(nc: NatsConnection, bucketName: string, ttlMs: number): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const stream = `OBJ_${bucketName}`;
+  const { config } = await jsm.streams.info(stream);
+  if (config.max_age !== nanos(ttlMs)) await jsm.streams.update(stream, { ...config, max_age: nanos(ttlMs) });
 }
 
 export class NatsMediaStore implements MediaStore {
@@ -49,6 +60,7 @@ export class NatsMediaStore implements MediaStore {
         description: 'Switchboard media (encrypted)',
         ttl: nanos(opts.ttlMs ?? DEFAULT_MEDIA_TTL_MS),
       });
+      if (opts.ttlMs !== undefined) await keepObjectsFor(nc, natsMediaBucketName(opts.namespace), opts.ttlMs);
       return new NatsMediaStore(bucket, nc, !opts.nc, opts.crypto);
     } catch (err) {
       if (!opts.nc) await nc.close();
