@@ -203,6 +203,12 @@ async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   }
 }
 
+/** "minute" for the default PAIRING_CODE_INTERVAL_MS, otherwise the configured interval. */
+function describeInterval(ms: number): string {
+  if (ms === 60_000) return 'minute';
+  return ms % 60_000 === 0 ? `${ms / 60_000} minutes` : `${Math.ceil(ms / 1000)} s`;
+}
+
 /** One pairing-code request per instance per interval, enforced atomically in the database. */
 async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {
   const interval = deps.config.pairingCodeIntervalMs;
@@ -215,7 +221,7 @@ async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {
     const row = await deps.db('instances').where({ id }).first('last_pairing_at');
     if (!row) throw problems.notFound(`Instance ${id}`); // deleted meanwhile
     const waitMs = Math.max(1000, new Date(row.last_pairing_at).getTime() + interval - Date.now());
-    throw new Problem(429, 'pairing_rate_limited', 'Only one pairing code per minute may be requested for an instance.', undefined, {
+    throw new Problem(429, 'pairing_rate_limited', `Only one pairing code per ${describeInterval(interval)} may be requested for an instance.`, undefined, {
       'Retry-After': String(Math.ceil(waitMs / 1000)),
     });
   }
