@@ -175,13 +175,12 @@ async function listOne(db: Knex | Knex.Transaction, eventId: string): Promise<Ev
  * Webhook save: pending/retrying deliveries whose URL is no longer any destination of the new
  * configuration are cancelled; deliveries to URLs that stay keep their schedule. Comparing with
  * the new configuration (rather than diffing old and new) also catches URLs left over from an even
- * older configuration. `oldConfig` is accepted so callers pass both sides of the change. Call it in
- * the transaction that saves the configuration. Returns how many were cancelled.
+ * older configuration. Call it in the transaction that saves the configuration. Returns how many
+ * were cancelled.
  */
 export async function cancelDeliveriesForRemovedUrls(
   trx: Knex | Knex.Transaction,
   instanceId: string,
-  _oldConfig: WebhookConfig | null | undefined,
   newConfig: WebhookConfig,
 ): Promise<number> {
   const kept = [...webhookUrls(newConfig)];

@@ -20,6 +20,7 @@ export * from './auth-store.ts';
 export * from './deliveries.ts';
 export * from './webhook-routing.ts';
 export * from './address-policy.ts';
+export * from './kubernetes-names.ts';
 export * from './media/index.ts';
 export * from './platform.ts';
 export * from './health-server.ts';

@@ -34,7 +34,8 @@ export interface PlatformOptions {
   service: string;
   /** Embedded mode: create ADMIN_API_KEY / ENCRYPTION_KEY in DATA_DIR when not configured. */
   generateMissingKeys: boolean;
-  /** Run migrations (the gateway and the embedded server do; other processes wait for them). */
+  /** Run migrations (the gateway and the embedded server do; the dispatcher and the operator call
+   *  migrate() themselves; session processes never migrate). */
   migrate: boolean;
   log?: Logger;
 }

@@ -50,8 +50,10 @@ export interface IntakeOptions {
 }
 
 /** `awaiting_claim`: its delivery row was written now, due, for the scheduler to claim;
- *  `recorded`: its row exists (written before, handed off to the scheduler, or not to deliver). */
-export type IntakeResult = 'awaiting_claim' | 'recorded' | 'duplicate_or_missing_instance' | 'event_missing';
+ *  `recorded`: its row exists (written before, handed off to the scheduler, or not to deliver);
+ *  `instance_missing`: the instance has no row (deleted), so nothing is written;
+ *  `event_missing`: the event's row is not there (yet), so neither is a delivery row. */
+export type IntakeResult = 'awaiting_claim' | 'recorded' | 'instance_missing' | 'event_missing';
 
 type Routable = Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>;
 
@@ -65,7 +67,7 @@ export async function routeAndRecord(deps: Pick<IntakeDeps, 'db' | 'schedule' | 
 export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelopes: Routable[]): Promise<IntakeResult[]> {
   const { existing, instances, awaitingClaim } = await routeBatch(deps, envelopes);
   return envelopes.map((e) =>
-    !instances.has(e.instanceId) ? 'duplicate_or_missing_instance' : awaitingClaim.has(e.id) ? 'awaiting_claim' : existing.has(e.id) ? 'recorded' : 'event_missing',
+    !instances.has(e.instanceId) ? 'instance_missing' : awaitingClaim.has(e.id) ? 'awaiting_claim' : existing.has(e.id) ? 'recorded' : 'event_missing',
   );
 }
 

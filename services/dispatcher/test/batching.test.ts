@@ -177,7 +177,7 @@ describe('dispatcher batching (PostgreSQL)', () => {
       batcher.route({ ...late, id: 'evt_missing' }),
       batcher.route({ ...late, id: 'evt_other', instanceId: 'inst_gone' }),
     ]);
-    assert.deepEqual(answers, ['recorded', 'awaiting_claim', 'awaiting_claim', 'event_missing', 'duplicate_or_missing_instance']);
+    assert.deepEqual(answers, ['recorded', 'awaiting_claim', 'awaiting_claim', 'event_missing', 'instance_missing']);
     assert.equal(Number((await db('deliveries').count({ n: '*' }).first())!.n), 8);
   });
 

@@ -194,7 +194,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
       await waitFor('the retry waiting for the instance lock', async () =>
         Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0,
       );
-      await cancelDeliveriesForRemovedUrls(save, inst.id, { url: 'https://old.example.com/h' }, { url: '' });
+      await cancelDeliveriesForRemovedUrls(save, inst.id, { url: '' });
       await save.commit();
       assert.equal(await retry, 'not_retryable', 'nothing goes to the removed URL');
     } finally {
@@ -428,7 +428,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     await db('deliveries').where({ event_id: retrying.id }).update({ status: 'retrying', attempts: 2 });
 
     const newConfig = { ...oldConfig, received: '', status: keep };
-    const cancelled = await db.transaction((trx) => cancelDeliveriesForRemovedUrls(trx, inst.id, oldConfig, newConfig));
+    const cancelled = await db.transaction((trx) => cancelDeliveriesForRemovedUrls(trx, inst.id, newConfig));
     assert.equal(cancelled, 2);
     assert.equal((await deliveryOf(db, toKeep.id)).status, 'pending');
     assert.equal((await deliveryOf(db, toDrop.id)).status, 'cancelled');

@@ -1,4 +1,6 @@
-// Everything a route may use, passed explicitly (no module-level state).
+// Everything a route may use, passed explicitly. The only module-level state is two caches that
+// cannot leak between apps: adminKeyHashes (http/auth.ts, a WeakMap keyed by these deps) and
+// qrImages (records.ts, QR text -> PNG, the same for every app; bounded).
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
 import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';

@@ -5,6 +5,9 @@ import { createDocument } from 'zod-openapi';
 import { route, type Route } from './http/route.ts';
 import { IdempotencyKey, ProblemDocument } from './schemas.ts';
 
+/** The API's version, also reported by the admin stats. */
+export const API_VERSION = '0.2.0';
+
 const PROBLEM_STATUSES = [400, 401, 403, 404, 409, 413, 422, 429];
 
 export function buildOpenApiDocument(routes: Route[]): object {
@@ -27,7 +30,7 @@ export function buildOpenApiDocument(routes: Route[]): object {
   }
   return createDocument({
     openapi: '3.1.0',
-    info: { title: 'Switchboard API', version: '0.2.0', description: 'Messaging gateway: projects, instances, sends, incoming messages, events and signed webhooks.' },
+    info: { title: 'Switchboard API', version: API_VERSION, description: 'Messaging gateway: projects, instances, sends, incoming messages, events and signed webhooks.' },
     components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
     paths: paths as any,
   });

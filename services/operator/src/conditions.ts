@@ -8,10 +8,6 @@ export function setCondition(list: Condition[] | undefined, next: Omit<Condition
   return [...(list ?? []).filter((c) => c.type !== next.type), { ...next, lastTransitionTime }].sort((a, b) => a.type.localeCompare(b.type));
 }
 
-export function findCondition(list: Condition[] | undefined, type: string): Condition | undefined {
-  return (list ?? []).find((c) => c.type === type);
-}
-
 /** Kubernetes metav1.Time: RFC 3339 with second precision. */
 export function rfc3339(d: Date): string {
   return d.toISOString().replace(/\.\d+Z$/, 'Z');

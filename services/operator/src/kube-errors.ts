@@ -10,12 +10,6 @@ export function isStatus(err: unknown, status: number): boolean {
   return statusOf(err) === status;
 }
 
-/** True when the API server could not be reached or was not serving (retry later). */
-export function isUnavailable(err: unknown): boolean {
-  const status = statusOf(err);
-  return status === undefined || status === 429 || status >= 500;
-}
-
 /** A short description of a failed call, without request bodies (which may hold secrets). */
 export function describe(err: unknown): string {
   const status = statusOf(err);

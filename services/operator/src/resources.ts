@@ -1,11 +1,10 @@
 // The custom resources (crds/*.yaml) as TypeScript types, and the names the operator gives to
-// the objects it owns. One place for these names, so the operator, the gateway and the chart agree.
+// the objects it owns. The names the gateway uses too live in core (kubernetes-names.ts).
 import type { V1ObjectMeta } from '@kubernetes/client-node';
+import { CRD_GROUP, CRD_VERSION } from '@switchboard/core';
 
-export const GROUP = 'switchboard.dev';
-export const VERSION = 'v1alpha1';
-export const API_VERSION = `${GROUP}/${VERSION}`;
-export const INSTANCES = 'instances';
+export { CRD_GROUP as GROUP, CRD_VERSION as VERSION, INSTANCES_PLURAL as INSTANCES, ORIGIN_API, ORIGIN_LABEL } from '@switchboard/core';
+export const API_VERSION = `${CRD_GROUP}/${CRD_VERSION}`;
 export const PROJECTS = 'projects';
 
 /** Blocks deletion of an Instance until its session is stopped and its records are deleted. */
@@ -17,10 +16,6 @@ export const PROJECT_FINALIZER = 'switchboard.dev/project';
 export const MANAGED_BY_LABEL = 'app.kubernetes.io/managed-by';
 export const MANAGED_BY = 'switchboard-operator';
 export const INSTANCE_LABEL = 'switchboard.dev/instance';
-/** Set by the gateway on the resources it creates: such an Instance without a database row was
- * deleted through the API and must not be adopted (re-created) by the operator. */
-export const ORIGIN_LABEL = 'switchboard.dev/origin';
-export const ORIGIN_API = 'api';
 /** Pod annotation with the hash of the pod template; a different hash means "recreate". */
 export const TEMPLATE_HASH_ANNOTATION = 'switchboard.dev/template-hash';
 

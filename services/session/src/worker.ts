@@ -43,7 +43,8 @@ export interface SessionWorkerOptions {
   /** Wait between attempts to take the owner lock. */
   lockRetryMs?: number;
   mediaDownloadTimeoutMs?: number;
-  settingsTtlMs?: number;
+  /** How often a connected session re-reads its settings in the background. */
+  settingsRefreshMs?: number;
   /** Redelivery delay of a command that arrived while the session was not connected. */
   commandRetryDelayMs?: number;
   /** Redelivery of a command whose handler died (process killed). */
@@ -70,14 +71,14 @@ export class SessionWorker {
     this.instanceId = opts.instanceId;
     this.log = opts.log.child({ instanceId: opts.instanceId });
     this.lock = ownerLockFor(opts.db, opts.instanceId, (err) => this.lockLost(err));
-    this.settings = new SettingsCache(opts.db, opts.instanceId, opts.settingsTtlMs ?? 2000);
+    this.settings = new SettingsCache(opts.db, opts.instanceId);
     this.sends = new SendCommandHandler({
       db: opts.db,
       instanceId: opts.instanceId,
       media: opts.media,
       log: this.log,
       connectedDriver: () => (this.connection === 'connected' ? this.driver : undefined),
-      refreshSettings: () => this.settings.refresh(true), // a setting changed just before a send applies to it
+      refreshSettings: () => this.settings.reload(), // a setting changed just before a send applies to it
       eventsRecorded: () => opts.relay.kick(),
     });
   }
@@ -169,7 +170,7 @@ export class SessionWorker {
     try {
       await this.recoverInterruptedSends();
       await this.requeueQueuedItems();
-      await this.settings.refresh(true);
+      await this.settings.reload();
       this.keepSettingsFresh();
       await this.connectNewDriver();
     } catch (err) {
@@ -209,10 +210,10 @@ export class SessionWorker {
    *  otherwise read their settings every few seconds for nothing. */
   private keepSettingsFresh(): void {
     if (this.settingsTimer) clearInterval(this.settingsTimer);
-    const everyMs = Math.max(this.opts.settingsTtlMs ?? 2000, 100);
+    const everyMs = Math.max(this.opts.settingsRefreshMs ?? 2000, 100);
     this.settingsTimer = setInterval(() => {
       if (this.connection !== 'connected') return;
-      this.settings.refresh(true).catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
+      this.settings.reload().catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
     }, everyMs);
     this.settingsTimer.unref();
   }
@@ -315,7 +316,7 @@ export class SessionWorker {
     if (await recordConnectionState(this.opts.db, this.instanceId, state, info)) this.opts.relay.kick();
     // Settings are refreshed in the background only while connected: catch up on connecting,
     // before the messages and calls that arrive with the connection read them.
-    if (state === 'connected' && !wasConnected) await this.settings.refresh(true).catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
+    if (state === 'connected' && !wasConnected) await this.settings.reload().catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
     if (!evenWhenStopped) this.setConsuming(state === 'connected');
   }
 

@@ -57,7 +57,7 @@ describe('session worker: the driver context', function () {
   it('settings changed while the session is connected reach the driver without a send, and on connecting', async () => {
     const sandbox = sandboxDriverFactory({ db: env.db, receiptDelayMs: 5, reconnectDelayMs: 10 });
     const seen: DriverContext[] = [];
-    const rt = env.runtime({ driverFactory: (ctx) => (seen.push(ctx), sandbox(ctx)), settingsTtlMs: 100 });
+    const rt = env.runtime({ driverFactory: (ctx) => (seen.push(ctx), sandbox(ctx)), settingsRefreshMs: 100 });
     try {
       const instanceId = await env.createInstance();
       await rt.start(instanceId);

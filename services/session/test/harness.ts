@@ -79,7 +79,7 @@ export async function openEnv(opts: { nats?: boolean } = {}): Promise<Env> {
         driverFactory: sandboxDriverFactory({ db, receiptDelayMs: 5, reconnectDelayMs: 10 }),
         lockRetryMs: 50,
         commandRetryDelayMs: 50,
-        settingsTtlMs: 0,
+        settingsRefreshMs: 0,
         ...overrides,
       });
       runtimes.push(rt);

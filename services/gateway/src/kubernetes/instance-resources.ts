@@ -6,14 +6,9 @@
 // everything else the gateway does keeps working.
 import { readFileSync } from 'node:fs';
 import { CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import { Problem } from '@switchboard/core';
+import { CRD_GROUP as GROUP, CRD_VERSION as VERSION, INSTANCES_PLURAL as PLURAL, ORIGIN_API, ORIGIN_LABEL, Problem } from '@switchboard/core';
 
 export const FIELD_MANAGER = 'gateway';
-const GROUP = 'switchboard.dev';
-const VERSION = 'v1alpha1';
-const PLURAL = 'instances';
-/** Marks resources created through the API (see services/operator/src/resources.ts, ORIGIN_LABEL). */
-const ORIGIN_LABEL = 'switchboard.dev/origin';
 
 export interface InstanceDesiredState {
   id: string;
@@ -58,7 +53,7 @@ export class KubernetesInstanceResources {
     const body = {
       apiVersion: `${GROUP}/${VERSION}`,
       kind: 'Instance',
-      metadata: { name: instance.id, namespace: this.namespace, labels: { [ORIGIN_LABEL]: 'api' } },
+      metadata: { name: instance.id, namespace: this.namespace, labels: { [ORIGIN_LABEL]: ORIGIN_API } },
       spec: { displayName: instance.name, paused: instance.paused, ...(instance.projectId ? { projectRef: instance.projectId } : {}) },
     };
     // force: the gateway is the authority for these fields even if the operator applied them first.

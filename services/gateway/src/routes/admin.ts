@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { mediaStats, problems } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
+import { API_VERSION } from '../openapi.ts';
 import { StatsQuery } from '../schemas.ts';
 
 const DAY_MS = 86_400_000;
@@ -96,7 +97,7 @@ async function diagnostics(deps: GatewayDeps) {
   ]);
   const perInstance = await db('send_items').select('instance_id').count({ queued: '*' }).where({ status: 'queued' }).groupBy('instance_id');
   return {
-    version: '0.2.0',
+    version: API_VERSION,
     uptimeSeconds: Math.round((Date.now() - deps.startedAt.getTime()) / 1000),
     instances: { total: Object.values(instances).reduce((a, b) => a + b, 0), byState: instances },
     queues: { byStatus: sends, queuedByInstance: Object.fromEntries(perInstance.map((r: any) => [r.instance_id, Number(r.queued)])) },

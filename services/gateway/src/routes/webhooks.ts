@@ -1,19 +1,16 @@
 // Webhook configuration, signing secret, test event and the boolean settings.
-import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, Problem, problems, recordEvent, TOKEN_PREFIXES, WEBHOOK_DESTINATIONS, type Db, type FieldProblem } from '@switchboard/core';
+import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, Problem, problems, randomToken, recordEvent, TOKEN_PREFIXES, WEBHOOK_DESTINATIONS, type Db, type FieldProblem } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { Settings, SettingsBody, WebhookBody, WebhookConfig } from '../schemas.ts';
 import { settingsOf, webhookOf } from '../records.ts';
 import { resolvedHostProblem, webhookUrlProblem } from '../webhook-url.ts';
 
-const newSecret = () => `${TOKEN_PREFIXES.webhookSecret}_${randomBytes(32).toString('base64url')}`;
-
 /** Reads the instance's secret, creating it on first use (the service creates secrets). */
 async function ensureSecret(deps: GatewayDeps, trx: Db, row: any): Promise<string> {
   if (row.webhook_secret_sealed) return deps.crypto.open(row.webhook_secret_sealed);
-  const secret = newSecret();
+  const secret = randomToken(TOKEN_PREFIXES.webhookSecret, 32);
   await trx('instances').where({ id: row.id }).update({ webhook_secret_sealed: deps.crypto.seal(secret) });
   return secret;
 }
@@ -66,7 +63,7 @@ export const webhookRoutes = [
         const settings = { ...settingsOf(row), ...(body.settings ?? {}) };
         const secret = await ensureSecret(deps, trx, row);
         await trx('instances').where({ id: params.id }).update({ webhook: JSON.stringify(config), settings: JSON.stringify(settings), updated_at: trx.fn.now() });
-        await cancelDeliveriesForRemovedUrls(trx, params.id, webhookOf(row), config);
+        await cancelDeliveriesForRemovedUrls(trx, params.id, config);
         return { settings, secret };
       });
       return { body: { ...config, settings: saved.settings, secret: saved.secret } };
@@ -92,7 +89,7 @@ export const webhookRoutes = [
     summary: 'Generate a new signing secret; pending deliveries are cancelled',
     responses: { 200: z.object({ secret: z.string() }) },
     handler: async ({ deps, params }) => {
-      const secret = newSecret();
+      const secret = randomToken(TOKEN_PREFIXES.webhookSecret, 32);
       await deps.db.transaction(async (trx) => {
         await lockInstance(trx, params.id);
         await trx('instances').where({ id: params.id }).update({ webhook_secret_sealed: deps.crypto.seal(secret), updated_at: trx.fn.now() });
