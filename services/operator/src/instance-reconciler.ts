@@ -26,7 +26,23 @@ export interface InstanceReconcilerDeps {
   pollMs?: number;
 }
 
-type PodState = 'absent' | 'terminating' | 'running' | 'outdated';
+/** `stuck`: terminating well past its deletion time, i.e. its node stopped answering (see isStuck). */
+type PodState = 'absent' | 'terminating' | 'stuck' | 'running' | 'outdated';
+
+/** How long past its deletion time a terminating pod may stay before it counts as stuck. */
+const STUCK_AFTER_MS = 60_000;
+
+/**
+ * A pod's deletionTimestamp is the end of its grace period. A reachable kubelet removes the pod
+ * by then (SIGKILL at the end of the grace period); one still there a minute later is on a node
+ * that no longer answers, and the kubelet will never confirm. Waiting would keep the instance
+ * offline until someone deletes the node; the session's owner lock (released by PostgreSQL once
+ * the lost holder stops answering its probes) already ensures that only one session connects.
+ */
+function isStuck(pod: V1Pod, now = Date.now()): boolean {
+  const deadline = pod.metadata?.deletionTimestamp ? new Date(pod.metadata.deletionTimestamp).getTime() : NaN;
+  return now > deadline + STUCK_AFTER_MS;
+}
 
 export class InstanceReconciler {
   constructor(private readonly d: InstanceReconcilerDeps) {}
@@ -43,6 +59,7 @@ export class InstanceReconciler {
     await this.ensureTokenSecret(instance);
 
     let pod = await this.podState(instance);
+    if (pod === 'stuck') pod = await this.removeStuckPod(instance);
     let waiting = false;
     if (resetPending(instance)) {
       if (pod !== 'absent') {
@@ -157,7 +174,7 @@ export class InstanceReconciler {
   private async podState(instance: Instance): Promise<PodState> {
     const pod = await this.readPod(instance);
     if (!pod) return 'absent';
-    if (pod.metadata?.deletionTimestamp) return 'terminating';
+    if (pod.metadata?.deletionTimestamp) return isStuck(pod) ? 'stuck' : 'terminating';
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
     return finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted ? 'outdated' : 'running';
@@ -174,8 +191,23 @@ export class InstanceReconciler {
     return 'running';
   }
 
+  /** Deletes a stuck pod without waiting for its kubelet, so the session can start elsewhere. */
+  private async removeStuckPod(instance: Instance): Promise<PodState> {
+    const pod = await this.readPod(instance);
+    if (!pod) return 'absent';
+    const name = pod.metadata!.name!;
+    try {
+      await this.d.core.deleteNamespacedPod({ name, namespace: instance.metadata.namespace, gracePeriodSeconds: 0, body: { preconditions: { uid: pod.metadata!.uid } } });
+    } catch (err) {
+      if (isStatus(err, 404)) return 'absent';
+      throw err; // 409: a new pod took the name meanwhile; the retry looks again
+    }
+    await this.d.events.record(instance, 'Warning', 'SessionPodForceDeleted', `Session pod ${name} was still terminating a minute after its grace period (its node does not answer); removed so the session can start on another node.`);
+    return 'absent';
+  }
+
   private async stopPod(instance: Instance, state: PodState): Promise<void> {
-    if (state === 'absent' || state === 'terminating') return;
+    if (state === 'absent' || state === 'terminating' || state === 'stuck') return;
     try {
       await this.d.core.deleteNamespacedPod({ name: sessionPodName(instance.metadata.name), namespace: instance.metadata.namespace });
     } catch (err) {
@@ -186,7 +218,8 @@ export class InstanceReconciler {
 
   private async finalize(instance: Instance): Promise<number | void> {
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
-    const pod = await this.podState(instance);
+    let pod = await this.podState(instance);
+    if (pod === 'stuck') pod = await this.removeStuckPod(instance);
     if (pod !== 'absent') {
       // The records go only after the session stopped, so it cannot write to them again.
       await this.stopPod(instance, pod);

@@ -36,6 +36,9 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
     serviceAccountName: settings.serviceAccountName,
     automountServiceAccountToken: false,
     terminationGracePeriodSeconds: 30,
+    // Evicted 30 s after its node stops answering (the default is 5 minutes): a session is one
+    // WhatsApp account offline, and its owner lock keeps a replacement from connecting twice.
+    tolerations: ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({ key, operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 })),
     securityContext: { runAsNonRoot: true, runAsUser: 10001, fsGroup: 10001, seccompProfile: { type: 'RuntimeDefault' } },
     containers: [
       {

@@ -213,7 +213,7 @@ export class FakeApiServer {
         case 'PATCH':
           return await this.patch(route, contentType, body, url, res);
         case 'DELETE':
-          return send(res, 200, this.remove(route, body ? parseJson(body) : {}));
+          return send(res, 200, this.remove(route, deleteOptions(url, body)));
         default:
           return sendStatus(res, 405, 'MethodNotAllowed', `${method} is not supported here`);
       }
@@ -730,4 +730,12 @@ function deletePath(o: Obj, path: string): void {
   const parent = getPath(o, parts.slice(0, -1).join(SEP)) as any;
   if (parts.length === 1) delete o[parts[0]];
   else if (parent && typeof parent === 'object') delete parent[parts.at(-1)!];
+}
+
+/** DeleteOptions come in the body or, as client-node sends gracePeriodSeconds, the query; the query wins. */
+function deleteOptions(url: URL, body: string): Obj {
+  const options: Obj = body ? parseJson(body) : {};
+  const grace = url.searchParams.get('gracePeriodSeconds');
+  if (grace !== null) options.gracePeriodSeconds = Number(grace);
+  return options;
 }

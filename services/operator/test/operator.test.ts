@@ -198,6 +198,38 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.deepEqual(fake.refused.filter((r) => r.startsWith(`POST /api/v1/namespaces/${NAMESPACE}/pods `)), [], 'no pod create was tried while the old pod still existed');
   });
 
+  it('removes a session pod stuck terminating on a node that no longer answers, and starts a new one', async () => {
+    await createInstance('inst-lost-node', { displayName: 'Lost node' });
+    const first = await eventually(() => {
+      const p = pod('inst-lost-node');
+      assert.ok(p);
+      return p;
+    });
+    assert.deepEqual(first.spec.tolerations.map((t: { key: string; tolerationSeconds: number }) => [t.key, t.tolerationSeconds]), [['node.kubernetes.io/unreachable', 30], ['node.kubernetes.io/not-ready', 30]], 'evicted 30 s after its node goes silent');
+    // Evicted from a lost node: the grace period ended 70 s ago and no kubelet will ever confirm.
+    const evicted = new Date(Date.now() - 70_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-lost-node'), (p) => Object.assign(p.metadata, { deletionTimestamp: evicted, deletionGracePeriodSeconds: 30 }));
+    await eventually(() => {
+      const p = pod('inst-lost-node');
+      assert.ok(p && p.metadata.uid !== first.metadata.uid && !p.metadata.deletionTimestamp, 'a new session pod');
+    });
+    const reasons = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === 'inst-lost-node').map((e) => e.reason);
+    assert.deepEqual(reasons.filter((r) => r === 'SessionPodForceDeleted'), ['SessionPodForceDeleted']);
+  });
+
+  it('waits for a terminating pod whose grace period has not long ended', async () => {
+    await createInstance('inst-slow-stop', { displayName: 'Slow stop' });
+    const first = await eventually(() => {
+      const p = pod('inst-slow-stop');
+      assert.ok(p);
+      return p;
+    });
+    const graceEnds = new Date(Date.now() + 20_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-slow-stop'), (p) => Object.assign(p.metadata, { deletionTimestamp: graceEnds, deletionGracePeriodSeconds: 30 }));
+    await new Promise((r) => setTimeout(r, 500)); // several reconcile polls (100 ms)
+    assert.equal(pod('inst-slow-stop')?.metadata.uid, first.metadata.uid, 'still the terminating pod');
+  });
+
   it('keeps a deleted Instance (finalizer) until its session is stopped and its records are deleted', async () => {
     await createInstance('inst-final', { displayName: 'Final' });
     await eventually(() => assert.ok(pod('inst-final')));
