@@ -1,5 +1,6 @@
 export * from './config.ts';
 export * from './problem.ts';
+export { withDeadline } from './deadline.ts';
 export * from './ids.ts';
 export * from './text.ts';
 export * from './crypto.ts';

@@ -2,7 +2,7 @@
 // row (once per message id, so a redelivered message is recorded once), its media is archived,
 // and a `message.received` event is recorded in the same statement as the row.
 import type { Knex } from 'knex';
-import { newId, recordEvent, recordEventAfter, toStorableText, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate } from '@switchboard/core';
+import { newId, recordEvent, recordEventAfter, toStorableText, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate, withDeadline } from '@switchboard/core';
 import type { MediaArchive } from './media-archive.ts';
 
 export interface InboundDeps {
@@ -99,7 +99,7 @@ async function archiveMedia(deps: InboundDeps, media: InboundMedia): Promise<Sto
     return { ...info, viewOnce: true, error: 'view_once: single-view media is not archived' };
   }
   try {
-    const bytes = await withTimeout(media.download(), deps.downloadTimeoutMs);
+    const bytes = await withDeadline(media.download(), deps.downloadTimeoutMs, () => new Error(`timed out after ${deps.downloadTimeoutMs} ms`));
     const stored = await deps.media.store({
       instanceId: deps.instanceId,
       direction: 'inbound',
@@ -143,11 +143,3 @@ function eventData(deps: InboundDeps, msg: InboundMessage, fromApi: boolean, med
   return data;
 }
 
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
-  });
-  promise.catch(() => undefined);
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}

@@ -3,6 +3,7 @@
 // (commands, work queue) or until they age out (events, limits); durable consumers remember their
 // position across stop/consume; failed messages come back after retryDelayMs. Nothing survives a
 // restart, which is fine: in embedded mode the outbox relay republishes from the database.
+import { withDeadline } from '../deadline.ts';
 import type { Logger } from '../logger.ts';
 import {
   RpcError,
@@ -216,16 +217,8 @@ export class MemoryBus implements Bus {
     const servers = this.servers.filter((s) => subjectMatches(s.pattern, subject));
     if (servers.length === 0) throw rpcErrors.notRunning(subject);
     const server = servers[this.nextServer++ % servers.length];
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(rpcErrors.timeout(subject, timeoutMs)), timeoutMs);
-    });
-    try {
-      const reply = await Promise.race([this.runServer(server.handler, subject, data.slice()), timeout]);
-      return reply.slice();
-    } finally {
-      clearTimeout(timer);
-    }
+    const reply = await withDeadline(this.runServer(server.handler, subject, data.slice()), timeoutMs, () => rpcErrors.timeout(subject, timeoutMs));
+    return reply.slice();
   }
 
   async serve(subject: string, handler: RequestHandler): Promise<Subscription> {

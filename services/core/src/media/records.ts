@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import type { Db } from '../db/connect.ts';
 import { safeEqual, type Crypto } from '../crypto.ts';
+import { withDeadline } from '../deadline.ts';
 import { newId } from '../ids.ts';
 import { Problem, problems } from '../problem.ts';
 import { MediaNotFoundError, type MediaStore } from './types.ts';
@@ -84,22 +85,11 @@ export async function getMediaRecord(db: Db, instanceId: string, mediaId: string
  * through (stored data was altered: a server-side fault, not the client's).
  */
 export async function readMedia(store: MediaStore, mediaId: string, timeoutMs: number): Promise<Uint8Array> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new Problem(504, 'media_timeout', 'The media store did not answer in time; try again.')),
-      timeoutMs,
-    );
-  });
-  const read = store.get(mediaId);
-  read.catch(() => undefined); // a late failure after the timeout must not go unhandled
   try {
-    return await Promise.race([read, timeout]);
+    return await withDeadline(store.get(mediaId), timeoutMs, () => new Problem(504, 'media_timeout', 'The media store did not answer in time; try again.'));
   } catch (err) {
     if (err instanceof MediaNotFoundError) throw problems.notFound('Media');
     throw err;
-  } finally {
-    clearTimeout(timer);
   }
 }
 

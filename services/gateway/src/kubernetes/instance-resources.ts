@@ -6,7 +6,7 @@
 // everything else the gateway does keeps working.
 import { readFileSync } from 'node:fs';
 import { CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import { CRD_GROUP as GROUP, CRD_VERSION as VERSION, INSTANCES_PLURAL as PLURAL, ORIGIN_API, ORIGIN_LABEL, Problem } from '@switchboard/core';
+import { CRD_GROUP as GROUP, CRD_VERSION as VERSION, INSTANCES_PLURAL as PLURAL, ORIGIN_API, ORIGIN_LABEL, Problem, withDeadline } from '@switchboard/core';
 
 export const FIELD_MANAGER = 'gateway';
 
@@ -107,12 +107,8 @@ export class KubernetesInstanceResources {
 
   /** False when the call failed with one of the `ignore` statuses. */
   private async call(op: () => Promise<unknown>, ignore: number[] = []): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(unavailable()), this.timeoutMs);
-    });
     try {
-      await Promise.race([op(), timeout]);
+      await withDeadline(op(), this.timeoutMs, unavailable);
       return true;
     } catch (err) {
       if (err instanceof Problem) throw err;
@@ -121,8 +117,6 @@ export class KubernetesInstanceResources {
       if (status === undefined || status === 429 || status >= 500) throw unavailable();
       if (status === 404) throw notYetCreated();
       throw new Problem(500, 'kubernetes_error', `The Kubernetes API refused the change (HTTP ${status}).`);
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

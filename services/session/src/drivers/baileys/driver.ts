@@ -22,6 +22,7 @@ import {
   createLogger,
   problems,
   SendError,
+  withDeadline,
   type ConnectionState,
   type Destination,
   type DriverContext,
@@ -522,12 +523,7 @@ class TimeoutError extends Error {
 }
 
 function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(`${what} timed out after ${ms} ms`)), ms);
-  });
-  work.catch(() => {}); // settles late or never; either way not an unhandled rejection
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
+  return withDeadline(work, ms, () => new TimeoutError(`${what} timed out after ${ms} ms`));
 }
 
 /** Error text for logs and send errors: message and status, never payloads or URLs. */

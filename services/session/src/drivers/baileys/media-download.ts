@@ -16,6 +16,7 @@ import {
   type WAMessage,
 } from '@whiskeysockets/baileys';
 import type { proto } from '@whiskeysockets/baileys';
+import { withDeadline } from '@switchboard/core';
 
 export interface MediaDownloadOptions {
   /** Deadline for one download (and for the re-upload request). */
@@ -46,7 +47,7 @@ export async function downloadWithRetry(message: WAMessage, opts: MediaDownloadO
   } catch (first) {
     let refreshed: WAMessage;
     try {
-      refreshed = await withDeadline(opts.reupload(message), opts.timeoutMs, 'media re-upload request timed out');
+      refreshed = await withDeadline(opts.reupload(message), opts.timeoutMs, () => new MediaDownloadError('media re-upload request timed out'));
     } catch (reuploadError) {
       throw new MediaDownloadError(`media unavailable (${describe(first)}); re-upload failed (${describe(reuploadError)})`);
     }
@@ -121,14 +122,6 @@ function hostOf(url: string | null | undefined): string | undefined {
   }
 }
 
-function withDeadline<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new MediaDownloadError(message)), ms);
-  });
-  work.catch(() => {}); // a late failure after the deadline must not become an unhandled rejection
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
-}
 
 /** A short, secret-free description (media URLs carry access tokens, so they are left out). */
 function describe(error: unknown): string {
