@@ -30,6 +30,10 @@ export type Destination =
   | { kind: 'group'; groupId: string } // `<digits>` or `<digits>-<digits>` (the part before @g.us)
   | { kind: 'lid'; lid: string }; // `<digits>` (the part before @lid)
 
+/** SendError code a driver uses when it sent nothing because it is not connected: the item is
+ *  queued again and the command redelivered, instead of failing the send. */
+export const NOT_CONNECTED = 'not_connected';
+
 /** Raised by driver.send. `definite` false means the message may have left (→ uncertain). */
 export class SendError extends Error {
   constructor(

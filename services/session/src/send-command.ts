@@ -4,6 +4,7 @@
 import type { Knex } from 'knex';
 import {
   parseDestination,
+  NOT_CONNECTED,
   SendError,
   type BusMessage,
   type Logger,
@@ -29,10 +30,6 @@ export interface SendCommandDeps {
   /** Called after each commit that recorded events, so the relay publishes them now. */
   eventsRecorded(): void;
 }
-
-/** SendError code a driver uses when it sent nothing because it is not connected: the item is
- *  queued again and the command redelivered, instead of failing the send. */
-export const NOT_CONNECTED = 'not_connected';
 
 export class NotConnectedError extends Error {
   constructor() {

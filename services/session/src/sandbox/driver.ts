@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import {
+  NOT_CONNECTED,
   SendError,
   problems,
   type ConnectionState,
@@ -92,7 +93,7 @@ export class SandboxDriver implements NetworkDriver {
   }
 
   async send(msg: OutboundMessage): Promise<void> {
-    if (this.state !== 'connected') throw new SendError('not_connected', 'The session is not connected.', true);
+    if (this.state !== 'connected') throw new SendError(NOT_CONNECTED, 'The session is not connected.', true);
     const outcome = outcomeFor(msg.to);
     switch (outcome.kind) {
       case 'rejected':

@@ -20,6 +20,7 @@ import {
 } from '@whiskeysockets/baileys';
 import {
   createLogger,
+  NOT_CONNECTED,
   problems,
   SendError,
   withDeadline,
@@ -427,7 +428,7 @@ export class BaileysDriver implements NetworkDriver {
 
   async send(msg: OutboundMessage): Promise<void> {
     const sock = this.sock;
-    if (!sock || !this.connected) throw new SendError('not_connected', 'the instance is not connected', true);
+    if (!sock || !this.connected) throw new SendError(NOT_CONNECTED, 'the instance is not connected', true);
     const content = messageContent(msg); // SendError on bad input
     const jid = await this.resolveDestination(sock, msg.to);
 
