@@ -191,6 +191,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.wakeUpTimer = undefined;
     this.wakeUps.clear();
     while (this.ticking) await this.ticking;
+    if (this.inFlight.size) {
+      // Shown at shutdown: a receiver that does not answer holds the stop up to the attempt time-out.
+      this.deps.log.info({ attempts: this.inFlight.size, atMostMs: this.opts.attemptTimeoutMs }, 'dispatcher: waiting for the webhook attempts under way to finish');
+    }
     await Promise.allSettled([...this.inFlight]);
     await Promise.allSettled([...this.recording]);
     await this.releaseReady();
