@@ -54,7 +54,7 @@ describe('NatsMediaStore specifics', function () {
     await store.close();
   });
 
-  it('brings an existing bucket to the TTL it is opened with, keeping its objects (MEDIA_RETENTION_MS raised)', async () => {
+  it('raises an existing bucket to the TTL it is opened with, never lowers it, and keeps its objects (MEDIA_RETENTION_MS raised)', async () => {
     const own = testNamespace();
     const crypto = new Crypto(randomBytes(32));
     const stream = `OBJ_${natsMediaBucketName(own)}`;
@@ -70,6 +70,9 @@ describe('NatsMediaStore specifics', function () {
       assert.equal((await jsm.streams.info(stream)).config.max_age, 90 * 86_400 * 1_000_000_000);
       assert.equal(Buffer.from(await raised.get('med_kept')).toString(), 'kept');
       await raised.close();
+      const shorter = await NatsMediaStore.open({ nc, namespace: own, crypto, ttlMs: 30 * 86_400_000 });
+      await shorter.close();
+      assert.equal((await jsm.streams.info(stream)).config.max_age, 90 * 86_400 * 1_000_000_000, 'a process with a shorter TTL (a session on the default) never lowers it');
     } finally {
       await jsm.streams.delete(stream).catch(() => undefined);
     }

@@ -69,7 +69,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     throw new ConfigError([`INSTANCE_ID: instance ${instanceId} does not exist in the database`]);
   }
   const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log }));
-  const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, ttlMs: config.mediaRetentionMs }));
+  const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto }));
   // Liveness is the event loop answering; readiness adds the database and the bus. A network
   // outage (WhatsApp unreachable) is neither: the session reconnects by itself.
   const health = cfg.healthPort === undefined ? undefined : startHealthServer(cfg.healthPort, async () => {

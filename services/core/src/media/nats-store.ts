@@ -25,18 +25,22 @@ export interface NatsMediaStoreOptions {
   /** An existing connection (left open by close()), or a URL to open one owned by the store. */
   nc?: NatsConnection;
   natsUrl?: string;
-  /** How long the bucket keeps an object (MEDIA_RETENTION_MS); an existing bucket is brought to
-   *  it. Without it a new bucket keeps objects 30 days and an existing one keeps its own TTL. */
+  /** How long the bucket keeps an object at least (MEDIA_RETENTION_MS): an existing bucket with a
+   *  shorter TTL is raised to it, never lowered. Default for a new bucket: 30 days. */
   ttlMs?: number;
 }
 
-/** Creating a bucket that exists keeps its TTL: without this, a TTL set before MEDIA_RETENTION_MS
- *  was raised (or by a process that did not pass it) would delete media the records still list. */
-async function keepObjectsFor(nc: NatsConnection, bucketName: string, ttlMs: number): Promise<void> {
+/**
+ * Creating a bucket that exists keeps its TTL: without this, a TTL set before MEDIA_RETENTION_MS
+ * was raised (or by a session process, which has the default) would delete media the records
+ * still list. Only ever raised: the media retention sweep deletes by age, the TTL is its backstop,
+ * and processes that disagree (sessions do not get MEDIA_RETENTION_MS) must not lower it.
+ */
+async function keepObjectsAtLeast(nc: NatsConnection, bucketName: string, ttlMs: number): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const stream = `OBJ_${bucketName}`;
   const { config } = await jsm.streams.info(stream);
-  if (config.max_age !== nanos(ttlMs)) await jsm.streams.update(stream, { ...config, max_age: nanos(ttlMs) });
+  if (config.max_age !== 0 && config.max_age < nanos(ttlMs)) await jsm.streams.update(stream, { ...config, max_age: nanos(ttlMs) });
 }
 
 export class NatsMediaStore implements MediaStore {
@@ -60,7 +64,7 @@ export class NatsMediaStore implements MediaStore {
         description: 'Switchboard media (encrypted)',
         ttl: nanos(opts.ttlMs ?? DEFAULT_MEDIA_TTL_MS),
       });
-      if (opts.ttlMs !== undefined) await keepObjectsFor(nc, natsMediaBucketName(opts.namespace), opts.ttlMs);
+      if (opts.ttlMs !== undefined) await keepObjectsAtLeast(nc, natsMediaBucketName(opts.namespace), opts.ttlMs);
       return new NatsMediaStore(bucket, nc, !opts.nc, opts.crypto);
     } catch (err) {
       if (!opts.nc) await nc.close();
