@@ -4,7 +4,7 @@
 // PGlite (embedded): one process owns the database file, so an in-process registry suffices.
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { isEmbedded, type Db } from '@switchboard/core';
+import { isEmbedded, withDeadline, type Db } from '@switchboard/core';
 
 export interface OwnerLock {
   /** Tries once; true when this holder now owns the instance. */
@@ -19,12 +19,22 @@ export function lockKey(instanceId: string): string {
   return createHash('sha256').update(`switchboard/session/${instanceId}`).digest().readBigInt64BE(0).toString();
 }
 
-export function ownerLockFor(db: Db, instanceId: string, onLost: (err: Error) => void): OwnerLock {
-  return isEmbedded(db) ? new InProcessLock(db, instanceId) : new AdvisoryLock(db, instanceId, onLost);
+/** How the holder checks its own lock: a round trip every `everyMs`; none within `timeoutMs`
+ *  means the lock must be taken as lost (see AdvisoryLock.watch). */
+export interface LockProbe {
+  everyMs: number;
+  timeoutMs: number;
 }
 
-/** How long the server waits for a silent lock holder: probes after 10 s idle, every 5 s, 3 tries. */
-export const LOCK_PEER_PROBES = { tcp_keepalives_idle: 10, tcp_keepalives_interval: 5, tcp_keepalives_count: 3 } as const;
+export const DEFAULT_LOCK_PROBE: LockProbe = { everyMs: 5_000, timeoutMs: 10_000 };
+
+export function ownerLockFor(db: Db, instanceId: string, onLost: (err: Error) => void, probe: LockProbe = DEFAULT_LOCK_PROBE): OwnerLock {
+  return isEmbedded(db) ? new InProcessLock(db, instanceId) : new AdvisoryLock(db, instanceId, onLost, probe);
+}
+
+/** How long the server waits for a silent lock holder: probes after 10 s idle, every 5 s, 3 tries
+ *  (≈ 25 s), and gives up as soon on data it sent and never saw acknowledged (tcp_user_timeout, ms). */
+export const LOCK_PEER_PROBES = { tcp_keepalives_idle: 10, tcp_keepalives_interval: 5, tcp_keepalives_count: 3, tcp_user_timeout: 25_000 } as const;
 
 /**
  * The lock's own connection. A process that dies closes it and the server releases the lock at
@@ -48,11 +58,13 @@ export async function openLockConnection(db: Db): Promise<pg.Client> {
 
 class AdvisoryLock implements OwnerLock {
   private client: pg.Client | undefined;
+  private probeTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly db: Db,
     private readonly instanceId: string,
     private readonly onLost: (err: Error) => void,
+    private readonly probe: LockProbe,
   ) {}
 
   async tryAcquire(): Promise<boolean> {
@@ -64,14 +76,36 @@ class AdvisoryLock implements OwnerLock {
       return false;
     }
     // A connection that ends without release() means the lock is gone (server restart, network).
-    client.once('end', () => {
-      if (this.client === client) {
-        this.client = undefined;
-        this.onLost(new Error('the owner-lock connection closed'));
-      }
-    });
+    client.once('end', () => this.lose(client, new Error('the owner-lock connection closed')));
     this.client = client;
+    this.watch(client);
     return true;
+  }
+
+  /**
+   * Cut off from the database (a network partition), this process would not notice that the
+   * server released its lock (≈ 25 s, LOCK_PEER_PROBES) and would keep its WhatsApp connection
+   * while a replacement takes the lock and connects too. A connection that does not answer within
+   * `timeoutMs` is taken as lost first, so the worker closes its socket before that can happen.
+   */
+  private watch(client: pg.Client): void {
+    let probing = false;
+    this.probeTimer = setInterval(() => {
+      if (probing || this.client !== client) return;
+      probing = true;
+      withDeadline(client.query('SELECT 1'), this.probe.timeoutMs, () => new Error(`the owner-lock connection did not answer within ${this.probe.timeoutMs} ms`))
+        .catch((err: Error) => this.lose(client, err))
+        .finally(() => (probing = false));
+    }, this.probe.everyMs);
+    this.probeTimer.unref();
+  }
+
+  private lose(client: pg.Client, err: Error): void {
+    if (this.client !== client) return;
+    this.client = undefined;
+    clearInterval(this.probeTimer);
+    void client.end().catch(() => undefined);
+    this.onLost(err);
   }
 
   async isHeld(): Promise<boolean> {
@@ -90,6 +124,7 @@ class AdvisoryLock implements OwnerLock {
   async release(): Promise<void> {
     const client = this.client;
     this.client = undefined;
+    clearInterval(this.probeTimer);
     if (!client) return;
     // Closing the session releases its advisory locks.
     await client.end().catch(() => undefined);

@@ -1,16 +1,46 @@
 // The owner lock on PostgreSQL: one holder per instance, released when its connection ends, and a
 // connection the server probes so a holder on a lost node does not keep the lock for hours.
 import assert from 'node:assert/strict';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import type { Knex } from 'knex';
+import { openDatabase } from '@switchboard/core';
 import { openTestDatabase } from '../../../test/support/services.ts';
 import { LOCK_PEER_PROBES, openLockConnection, ownerLockFor } from '../src/owner-lock.ts';
 
+/** A TCP relay to PostgreSQL that can go silent without closing anything: a network partition. */
+async function partitionableRelay(target: URL): Promise<{ url: string; partition(): void; close(): Promise<void> }> {
+  let silent = false;
+  const sockets: Socket[] = [];
+  const server: Server = createServer((client) => {
+    const upstream = connect(Number(target.port || 5432), target.hostname);
+    sockets.push(client, upstream);
+    client.on('data', (d) => void (silent || upstream.write(d)));
+    upstream.on('data', (d) => void (silent || client.write(d)));
+    for (const [a, b] of [[client, upstream], [upstream, client]]) {
+      a.on('error', () => undefined);
+      a.on('close', () => b.destroy());
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(target);
+  url.host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url: url.toString(),
+    partition: () => void (silent = true),
+    close: () => new Promise<void>((resolve) => {
+      for (const s of sockets) s.destroy();
+      server.close(() => resolve());
+    }),
+  };
+}
+
 describe('session owner lock (PostgreSQL)', () => {
   let db: Knex;
+  let url: string;
   let drop: () => Promise<void>;
 
   before(async () => {
-    ({ db, drop } = await openTestDatabase());
+    ({ db, drop, url } = await openTestDatabase());
   });
   after(async () => drop());
 
@@ -39,6 +69,26 @@ describe('session owner lock (PostgreSQL)', () => {
     for (let i = 0; i < 100 && !lost.length; i++) await new Promise((r) => setTimeout(r, 20));
     assert.equal(lost.length, 1);
     assert.equal(await lock.isHeld(), false);
+  });
+
+  it('takes the lock as lost when its connection stops answering (cut off from the database), so the session closes first', async () => {
+    const relay = await partitionableRelay(new URL(url));
+    const viaRelay = openDatabase({ databaseUrl: relay.url, dataDir: '/nonexistent' });
+    try {
+      const lost: Error[] = [];
+      const lock = ownerLockFor(viaRelay, 'inst-d', (e) => lost.push(e), { everyMs: 50, timeoutMs: 300 });
+      assert.equal(await lock.tryAcquire(), true);
+      await new Promise((r) => setTimeout(r, 250));
+      assert.equal(lost.length, 0, 'answered probes keep the lock');
+      relay.partition();
+      for (let i = 0; i < 150 && !lost.length; i++) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(lost.length, 1);
+      assert.match(lost[0].message, /did not answer/);
+      assert.equal(await lock.isHeld(), false);
+    } finally {
+      await relay.close();
+      await viaRelay.destroy();
+    }
   });
 
   it('asks the server to probe the lock holder, so a lost node\'s lock is released in seconds', async () => {
