@@ -24,6 +24,8 @@ export interface ControllerOptions {
   resyncMs?: number;
   statePollMs?: number;
   podPollMs?: number;
+  /** See InstanceReconcilerDeps.stuckPodAfterMs. */
+  stuckPodAfterMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
   informerRestartMinMs?: number;
@@ -47,7 +49,7 @@ export class Controller {
     this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const events = new EventRecorder(core, FIELD_MANAGER, logger);
-    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs });
+    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs });
     this.projectReconciler = new ProjectReconciler(this.custom, o.store);
     this.queue = new WorkQueue({
       handler: (key) => this.process(key),

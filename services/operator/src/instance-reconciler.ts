@@ -24,28 +24,36 @@ export interface InstanceReconcilerDeps {
   session: SessionPodSettings;
   /** How soon to look again while waiting for a pod to terminate (pod watch events usually come first). */
   pollMs?: number;
+  /** How long past its grace period a terminating pod may stay before it counts as stuck (60 s). */
+  stuckPodAfterMs?: number;
 }
 
-/** `stuck`: terminating well past its deletion time, i.e. its node stopped answering (see isStuck). */
+/** `stuck`: terminating well past its grace period, i.e. its node stopped answering (see isStuck). */
 type PodState = 'absent' | 'terminating' | 'stuck' | 'running' | 'outdated';
 
-/** How long past its deletion time a terminating pod may stay before it counts as stuck. */
-const STUCK_AFTER_MS = 60_000;
-
-/**
- * A pod's deletionTimestamp is the end of its grace period. A reachable kubelet removes the pod
- * by then (SIGKILL at the end of the grace period); one still there a minute later is on a node
- * that no longer answers, and the kubelet will never confirm. Waiting would keep the instance
- * offline until someone deletes the node; the session's owner lock (released by PostgreSQL once
- * the lost holder stops answering its probes) already ensures that only one session connects.
- */
-function isStuck(pod: V1Pod, now = Date.now()): boolean {
-  const deadline = pod.metadata?.deletionTimestamp ? new Date(pod.metadata.deletionTimestamp).getTime() : NaN;
-  return now > deadline + STUCK_AFTER_MS;
-}
-
 export class InstanceReconciler {
+  /** When this operator first saw each session pod terminating, on its own monotonic clock (the
+   *  pod's deletionTimestamp is on the API server's, which may be skewed from ours). */
+  private readonly terminatingSince = new Map<string, { uid: string; at: number }>();
+
   constructor(private readonly d: InstanceReconcilerDeps) {}
+
+  /**
+   * A reachable kubelet removes a deleted pod within its grace period (SIGKILL at the end of it).
+   * One still there a minute after that is on a node that no longer answers, and no kubelet will
+   * ever confirm: waiting would keep the instance offline until someone deletes the node. The
+   * session's owner lock (its holder gives up when cut off from the database, and PostgreSQL
+   * releases it once the holder stops answering its probes) keeps a replacement from connecting
+   * while the old session still does.
+   */
+  private isStuck(pod: V1Pod): boolean {
+    const name = pod.metadata!.name!;
+    const uid = pod.metadata!.uid ?? '';
+    let seen = this.terminatingSince.get(name);
+    if (seen?.uid !== uid) this.terminatingSince.set(name, (seen = { uid, at: performance.now() }));
+    const graceMs = (pod.metadata!.deletionGracePeriodSeconds ?? 30) * 1000;
+    return performance.now() - seen.at > graceMs + (this.d.stuckPodAfterMs ?? 60_000);
+  }
 
   /** Returns a delay when the instance must be looked at again (waiting for a pod to go away). */
   async reconcile(namespace: string, name: string): Promise<number | void> {
@@ -173,8 +181,9 @@ export class InstanceReconciler {
 
   private async podState(instance: Instance): Promise<PodState> {
     const pod = await this.readPod(instance);
+    if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
     if (!pod) return 'absent';
-    if (pod.metadata?.deletionTimestamp) return isStuck(pod) ? 'stuck' : 'terminating';
+    if (pod.metadata?.deletionTimestamp) return this.isStuck(pod) ? 'stuck' : 'terminating';
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
     return finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted ? 'outdated' : 'running';
@@ -191,17 +200,18 @@ export class InstanceReconciler {
     return 'running';
   }
 
-  /** Deletes a stuck pod without waiting for its kubelet, so the session can start elsewhere. */
+  /** Deletes the pod judged stuck (its uid) without waiting for its kubelet, so the session can
+   *  start elsewhere. */
   private async removeStuckPod(instance: Instance): Promise<PodState> {
-    const pod = await this.readPod(instance);
-    if (!pod) return 'absent';
-    const name = pod.metadata!.name!;
+    const name = sessionPodName(instance.metadata.name);
+    const uid = this.terminatingSince.get(name)?.uid;
     try {
-      await this.d.core.deleteNamespacedPod({ name, namespace: instance.metadata.namespace, gracePeriodSeconds: 0, body: { preconditions: { uid: pod.metadata!.uid } } });
+      await this.d.core.deleteNamespacedPod({ name, namespace: instance.metadata.namespace, gracePeriodSeconds: 0, body: { preconditions: { uid } } });
     } catch (err) {
       if (isStatus(err, 404)) return 'absent';
-      throw err; // 409: a new pod took the name meanwhile; the retry looks again
+      throw err; // 409: another pod has the name now; the retry looks again
     }
+    this.terminatingSince.delete(name);
     await this.d.events.record(instance, 'Warning', 'SessionPodForceDeleted', `Session pod ${name} was still terminating a minute after its grace period (its node does not answer); removed so the session can start on another node.`);
     return 'absent';
   }

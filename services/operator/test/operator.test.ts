@@ -51,7 +51,7 @@ describe('operator: Instance and Project reconciliation', function () {
     kubectl = kubeConfig.makeApiClient(CustomObjectsApi);
     controller = new Controller({
       kubeConfig, namespace: NAMESPACE, store, session: SESSION, logger: silentLogger,
-      resyncMs: 1000, statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50,
+      resyncMs: 1000, statePollMs: 100, podPollMs: 100, stuckPodAfterMs: 300, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50,
     });
     await controller.start();
   });
@@ -143,7 +143,7 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(async () => {
       assert.equal(instance('inst-kubectl')?.status?.lastResetAt, requestedAt);
       const now = pod('inst-kubectl');
-      assert.ok(now && now.metadata.uid !== before.metadata.uid && !now.metadata.deletionTimestamp);
+      assert.ok(now && now.metadata.uid !== before.metadata.uid && !now.metadata.deletionTimestamp, 'a new session pod');
     });
     assert.deepEqual(podsDuringReset, [0], 'the pairing was erased exactly once, with no session pod');
     assert.equal((await t.db('auth_state').where({ instance_id: 'inst-kubectl' })).length, 0);
@@ -154,14 +154,14 @@ describe('operator: Instance and Project reconciliation', function () {
 
   it('records a finished reset before it starts the new pod, so a conflict never restarts the fresh session', async () => {
     await createInstance('inst-reset-409', { displayName: 'Reset conflict' });
-    await eventually(() => assert.ok(pod('inst-reset-409') && condition('inst-reset-409', 'Ready')?.reason === 'SessionRunning'));
+    await eventually(() => assert.ok(pod('inst-reset-409') && condition('inst-reset-409', 'Ready')?.reason === 'SessionRunning', 'session running again'));
     podsDuringReset = [];
     // The status write that follows the erase meets a concurrent writer (409).
     afterNextReset = (id) => fake.injectFailure(1, (method, path) => method === 'PUT' && path.endsWith(`/instances/${id}/status`));
     await patchSpec('inst-reset-409', { resetRequestedAt: '2030-01-01T00:00:00Z' });
     await eventually(() => {
       assert.equal(instance('inst-reset-409')?.status?.lastResetAt, '2030-01-01T00:00:00Z');
-      assert.ok(pod('inst-reset-409') && !pod('inst-reset-409')!.metadata.deletionTimestamp);
+      assert.ok(pod('inst-reset-409') && !pod('inst-reset-409')!.metadata.deletionTimestamp, 'a session pod that is not terminating');
     });
     const settled = pod('inst-reset-409')!.metadata.uid;
     await new Promise((r) => setTimeout(r, 400));
@@ -176,21 +176,21 @@ describe('operator: Instance and Project reconciliation', function () {
     await createInstance('inst-upgrade', { displayName: 'Upgrade' });
     const first = await eventually(() => {
       const p = pod('inst-upgrade');
-      assert.ok(p);
+      assert.ok(p, 'the session pod exists');
       return p;
     });
     // A pod made from an older template (an upgrade changed the image or settings).
     fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.metadata.annotations['switchboard.dev/template-hash'] = 'older-template'));
     const second = await eventually(() => {
       const p = pod('inst-upgrade');
-      assert.ok(p && p.metadata.uid !== first.metadata.uid && !p.metadata.deletionTimestamp);
+      assert.ok(p && p.metadata.uid !== first.metadata.uid && !p.metadata.deletionTimestamp, 'the pod of the current template');
       assert.equal(p.metadata.annotations['switchboard.dev/template-hash'], first.metadata.annotations['switchboard.dev/template-hash']);
       return p;
     });
     fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.status = { phase: 'Failed' }));
     await eventually(() => {
       const p = pod('inst-upgrade');
-      assert.ok(p && p.metadata.uid !== second.metadata.uid && p.status.phase === 'Running');
+      assert.ok(p && p.metadata.uid !== second.metadata.uid && p.status.phase === 'Running', 'a pod replacing the failed one');
       assert.equal(condition('inst-upgrade', 'Ready')?.reason, 'SessionRunning');
     });
     const starts = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === 'inst-upgrade' && e.reason === 'SessionStarted');
@@ -202,13 +202,15 @@ describe('operator: Instance and Project reconciliation', function () {
     await createInstance('inst-lost-node', { displayName: 'Lost node' });
     const first = await eventually(() => {
       const p = pod('inst-lost-node');
-      assert.ok(p);
+      assert.ok(p, 'the session pod exists');
       return p;
     });
     assert.deepEqual(first.spec.tolerations.map((t: { key: string; tolerationSeconds: number }) => [t.key, t.tolerationSeconds]), [['node.kubernetes.io/unreachable', 30], ['node.kubernetes.io/not-ready', 30]], 'evicted 30 s after its node goes silent');
-    // Evicted from a lost node: the grace period ended 70 s ago and no kubelet will ever confirm.
-    const evicted = new Date(Date.now() - 70_000).toISOString().replace(/\.\d+Z$/, 'Z');
-    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-lost-node'), (p) => Object.assign(p.metadata, { deletionTimestamp: evicted, deletionGracePeriodSeconds: 30 }));
+    // Evicted from a lost node (grace period 1 s): no kubelet will ever confirm. Its deletion time
+    // is an hour in the future, as an API server whose clock is skewed would show it: the
+    // operator judges by how long it has itself seen the pod terminating (1 s + 300 ms here).
+    const evicted = new Date(Date.now() + 3_600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-lost-node'), (p) => Object.assign(p.metadata, { deletionTimestamp: evicted, deletionGracePeriodSeconds: 1 }));
     await eventually(() => {
       const p = pod('inst-lost-node');
       assert.ok(p && p.metadata.uid !== first.metadata.uid && !p.metadata.deletionTimestamp, 'a new session pod');
@@ -221,22 +223,24 @@ describe('operator: Instance and Project reconciliation', function () {
     await createInstance('inst-slow-stop', { displayName: 'Slow stop' });
     const first = await eventually(() => {
       const p = pod('inst-slow-stop');
-      assert.ok(p);
+      assert.ok(p, 'the session pod exists');
       return p;
     });
-    const graceEnds = new Date(Date.now() + 20_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    // Its deletion time passed long ago by the API server's clock (skewed), but the operator has
+    // seen it terminating for less than its 30 s grace period.
+    const graceEnds = new Date(Date.now() - 3_600_000).toISOString().replace(/\.\d+Z$/, 'Z');
     fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-slow-stop'), (p) => Object.assign(p.metadata, { deletionTimestamp: graceEnds, deletionGracePeriodSeconds: 30 }));
-    await new Promise((r) => setTimeout(r, 500)); // several reconcile polls (100 ms)
+    await new Promise((r) => setTimeout(r, 800)); // several reconcile polls (100 ms), past stuckPodAfterMs
     assert.equal(pod('inst-slow-stop')?.metadata.uid, first.metadata.uid, 'still the terminating pod');
   });
 
   it('keeps a deleted Instance (finalizer) until its session is stopped and its records are deleted', async () => {
     await createInstance('inst-final', { displayName: 'Final' });
-    await eventually(() => assert.ok(pod('inst-final')));
+    await eventually(() => assert.ok(pod('inst-final'), 'inst-final has a session pod'));
     podsDuringDelete = [];
     failRecordDeletes = true;
     await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-final' });
-    await eventually(() => assert.ok(podsDuringDelete.length >= 2));
+    await eventually(() => assert.ok(podsDuringDelete.length >= 2, 'the record delete was retried'));
     assert.ok(instance('inst-final')?.metadata.deletionTimestamp, 'the resource stays while its records cannot be deleted');
     assert.ok(await row('inst-final'));
     assert.equal(pod('inst-final'), undefined);
@@ -263,7 +267,7 @@ describe('operator: Instance and Project reconciliation', function () {
     await t.db('instances').insert({ id: 'inst-api', name: 'API made', paused: false, state: 'starting', token_hash: t.crypto.hashToken(token), token_sealed: t.crypto.seal(token) });
     const gateway = new KubernetesInstanceResources(kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi), NAMESPACE);
     await gateway.apply({ id: 'inst-api', name: 'API made', projectId: null, paused: false });
-    await eventually(() => assert.ok(pod('inst-api')));
+    await eventually(() => assert.ok(pod('inst-api'), 'inst-api has a session pod'));
     const secret = await eventually(() => fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-api'))!);
     assert.equal(Buffer.from(secret.data.apiToken, 'base64').toString(), token);
     assert.equal((await t.db('instances').where({ id: 'inst-api' })).length, 1);
@@ -304,7 +308,7 @@ describe('operator: Instance and Project reconciliation', function () {
   it('keeps working after its watches die, after 410 Gone, and after the API server restarts', async () => {
     fake.breakWatches();
     await createInstance('inst-after-break', { displayName: 'After break' });
-    await eventually(() => assert.ok(pod('inst-after-break')));
+    await eventually(() => assert.ok(pod('inst-after-break'), 'inst-after-break has a session pod'));
 
     const lists = () => fake.requests.filter((r) => r === `GET /apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances`).length;
     const listsBefore = lists();
@@ -316,14 +320,14 @@ describe('operator: Instance and Project reconciliation', function () {
     fake.compact();
     fake.setUnavailable(false);
     await createInstance('inst-after-gone', { displayName: 'After gone' });
-    await eventually(() => assert.ok(pod('inst-after-gone')));
+    await eventually(() => assert.ok(pod('inst-after-gone'), 'inst-after-gone has a session pod'));
     assert.ok(lists() > listsBefore, 'the informer relisted after 410 Gone');
 
     await fake.stop();
     await new Promise((r) => setTimeout(r, 200));
     await fake.start();
     await createInstance('inst-after-restart', { displayName: 'After restart' });
-    await eventually(() => assert.ok(pod('inst-after-restart')));
+    await eventually(() => assert.ok(pod('inst-after-restart'), 'inst-after-restart has a session pod'));
   });
 
   it('retries after conflicting updates until the status converges', async () => {
