@@ -61,7 +61,7 @@ describe('fake Kubernetes API server', () => {
     const path = `/apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances`;
     const ctl = await watch.watch(path, { resourceVersion: list.metadata.resourceVersion, allowWatchBookmarks: true }, (type, o) => seen.push({ type, rv: o.metadata?.resourceVersion }), () => {});
     await custom.createNamespacedCustomObject({ ...ref, body: body('watched') });
-    await eventually(() => assert.ok(seen.some((e) => e.type === 'ADDED') && seen.some((e) => e.type === 'BOOKMARK')));
+    await eventually(() => assert.ok(seen.some((e) => e.type === 'ADDED') && seen.some((e) => e.type === 'BOOKMARK'), 'an ADDED and a BOOKMARK event'));
     ctl.abort();
 
     fake.compact();

@@ -48,9 +48,11 @@ export async function openTestDb(): Promise<TestDb> {
   };
 }
 
-export const silentLogger = createLogger({ level: 'silent' });
+export const silentLogger = createLogger({ level: process.env.OPLOG ?? 'silent' });
 
-/** Retries `check` until it stops throwing (or returns true), or fails with its last error. */
+/** Retries `check` until it stops throwing (or returns true), or fails with its last error.
+ *  Give every assert.ok in `check` a message: without one, node:assert reads the TypeScript source
+ *  to describe the failure, and on some files its parser spins for minutes on each retry. */
 export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 8000, intervalMs = 25): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;

@@ -42,7 +42,7 @@ describe('operator: informer', function () {
     await create('inst-quiet');
     const seen: string[] = [];
     await start(seen, { resyncMs: 100 });
-    await eventually(() => assert.ok(seen.filter((s) => s === 'seen inst-quiet').length >= 4));
+    await eventually(() => assert.ok(seen.filter((s) => s === 'seen inst-quiet').length >= 4, 'inst-quiet seen again on each resync'));
     assert.equal(fake.requests.filter((r) => r === `GET ${path}`).length, 1, 'from the cache: no relisting');
   });
 
@@ -52,7 +52,7 @@ describe('operator: informer', function () {
     // The first watch ends after 1 s: wait for the second one rather than guess when it starts.
     await eventually(() => assert.ok(fake.requests.filter((r) => r === `GET ${path}?watch`).length >= 2, 'watched again'), 8000);
     await create('inst-late');
-    await eventually(() => assert.ok(seen.includes('seen inst-late')));
+    await eventually(() => assert.ok(seen.includes('seen inst-late'), 'inst-late seen'));
     assert.ok(fake.requests.filter((r) => r === `GET ${path}?watch`).length >= 2, 'watched again');
     assert.equal(fake.requests.filter((r) => r === `GET ${path}`).length, 1, 'resumed, not relisted');
   });
@@ -61,14 +61,14 @@ describe('operator: informer', function () {
     await create('inst-kept');
     const seen: string[] = [];
     await start(seen);
-    await eventually(() => assert.ok(seen.includes('seen inst-kept')));
+    await eventually(() => assert.ok(seen.includes('seen inst-kept'), 'inst-kept seen'));
     fake.setUnavailable(true);
     fake.breakWatches();
     await new Promise((r) => setTimeout(r, 200)); // restarts fail and back off
     fake.setUnavailable(false);
     await custom.deleteNamespacedCustomObject({ ...ref, name: 'inst-kept' });
     await create('inst-new');
-    await eventually(() => assert.ok(seen.includes('deleted inst-kept') && seen.includes('seen inst-new')));
+    await eventually(() => assert.ok(seen.includes('deleted inst-kept') && seen.includes('seen inst-new'), 'inst-kept deleted and inst-new seen'));
     assert.equal(informer!.get('inst-kept', NAMESPACE), undefined);
   });
 });

@@ -46,7 +46,7 @@ describe('operator: leader election', function () {
 
   it('elects exactly one leader, fails over after a crash, and hands over quickly on a clean stop', async () => {
     const a = candidate('a');
-    await eventually(() => assert.ok(a.elector.isLeader));
+    await eventually(() => assert.ok(a.elector.isLeader, 'a leads'));
     // b's own leases last 10 s: once b leads, nobody may take its lease before that unless b
     // releases it (the clean stop below), however slow the machine.
     const b = candidate('b', 0, 10_000);
@@ -58,7 +58,7 @@ describe('operator: leader election', function () {
     assert.match(lease.spec.renewTime, /\.\d{6}Z$/, 'renewTime is a MicroTime');
 
     a.link.up = false; // a crashes (cannot renew)
-    await eventually(() => assert.ok(b.elector.isLeader), 5000);
+    await eventually(() => assert.ok(b.elector.isLeader, 'b leads'), 5000);
     assert.equal(a.elector.isLeader, false);
     assert.equal(maxLeaders, 1, 'never two leaders at once');
     assert.equal(fake.get('coordination.k8s.io', 'v1', 'leases', NAMESPACE, 'switchboard-operator')!.spec.leaseTransitions, 1);
@@ -67,7 +67,7 @@ describe('operator: leader election', function () {
     const c = candidate('c');
     const stoppedAt = Date.now();
     await b.elector.stop(); // releases the lease
-    await eventually(() => assert.ok(a.elector.isLeader || c.elector.isLeader), 5000);
+    await eventually(() => assert.ok(a.elector.isLeader || c.elector.isLeader, 'a or c leads'), 5000);
     assert.ok(Date.now() - stoppedAt < 5000, 'a released lease is taken before it would have expired (10 s)');
     assert.equal(maxLeaders, 1);
   });
@@ -78,13 +78,13 @@ describe('operator: leader election', function () {
     leaders.clear();
     maxLeaders = 0;
     const d = candidate('d', -3600_000); // writes renewTimes an hour in the past
-    await eventually(() => assert.ok(d.elector.isLeader));
+    await eventually(() => assert.ok(d.elector.isLeader, 'd leads'));
     const e = candidate('e');
     await new Promise((r) => setTimeout(r, 1500));
     assert.ok(d.elector.isLeader && !e.elector.isLeader, 'the renewed lease stays with its holder');
     assert.equal(maxLeaders, 1);
     d.link.up = false;
-    await eventually(() => assert.ok(e.elector.isLeader), 5000);
+    await eventually(() => assert.ok(e.elector.isLeader, 'e leads'), 5000);
     assert.equal(maxLeaders, 1);
   });
 });

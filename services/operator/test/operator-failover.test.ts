@@ -73,21 +73,21 @@ describe('operator: leader failover between replicas', function () {
 
   it('runs the controller on the leader only, fails over when the leader is cut off, and hands over on a clean stop', async () => {
     const a = await replica('a');
-    await eventually(() => assert.ok(a.operator.isLeader));
+    await eventually(() => assert.ok(a.operator.isLeader, 'a leads'));
     // b's own leases last 10 s: once b leads, nobody may take its lease before that unless b
     // releases it (the clean stop below), however slow the machine.
     const b = await replica('b', 10_000);
     await create('inst-before');
-    await eventually(() => assert.ok(pod('inst-before')));
+    await eventually(() => assert.ok(pod('inst-before'), 'inst-before has a session pod'));
     await new Promise((r) => setTimeout(r, 300));
     assert.ok(!b.operator.isLeader && !leading.has('b'), 'the standby does not reconcile');
 
     a.link.cut(); // a is partitioned from the API server
     await create('inst-during');
-    await eventually(() => assert.ok(b.operator.isLeader), 5000);
+    await eventually(() => assert.ok(b.operator.isLeader, 'b leads'), 5000);
     assert.equal(a.lost, 1, 'the cut-off leader stopped and reported the loss (main exits on it)');
     assert.equal(a.operator.isLeader, false);
-    await eventually(() => assert.ok(pod('inst-during')), 5000);
+    await eventually(() => assert.ok(pod('inst-during'), 'inst-during has a session pod'), 5000);
     assert.equal(maxLeaders, 1, 'never two controllers at once');
     assert.equal(fake.get('coordination.k8s.io', 'v1', 'leases', NAMESPACE, LEASE)!.spec.holderIdentity, 'b');
 
@@ -95,10 +95,10 @@ describe('operator: leader failover between replicas', function () {
     const stoppedAt = Date.now();
     await b.operator.stop();
     assert.equal(b.lost, 0, 'a clean stop is not a loss of leadership');
-    await eventually(() => assert.ok(c.operator.isLeader), 5000);
+    await eventually(() => assert.ok(c.operator.isLeader, 'c leads'), 5000);
     assert.ok(Date.now() - stoppedAt < 5000, 'the released lease is taken before it would have expired (10 s)');
     await create('inst-after');
-    await eventually(() => assert.ok(pod('inst-after')), 5000);
+    await eventually(() => assert.ok(pod('inst-after'), 'inst-after has a session pod'), 5000);
     assert.equal(maxLeaders, 1);
   });
 });
