@@ -35,6 +35,8 @@ export interface ReplicaLivenessDeps {
 export class ReplicaLiveness {
   private timer: NodeJS.Timeout | undefined;
   private beating: Promise<void> | undefined;
+  /** A check for silent replicas under way; it never delays this replica's own stamps. */
+  private sweeping: Promise<void> | undefined;
   /** When this replica's current run of timely heartbeats began (local monotonic ms). It judges
    *  others only once that run is `goneAfterMs` long: after a database outage every replica's
    *  stamp is old, and none may call the others gone before they had the time to stamp again. */
@@ -58,6 +60,7 @@ export class ReplicaLiveness {
     clearTimeout(this.timer);
     this.timer = undefined;
     await this.beating;
+    await this.sweeping;
     try {
       await this.deps.db('dispatcher_replicas').where({ name: this.deps.name }).delete();
     } catch (err) {
@@ -77,26 +80,34 @@ export class ReplicaLiveness {
   }
 
   private async beat(): Promise<void> {
+    let inserted: boolean;
     try {
-      await this.deps.db.raw(
+      const { rows } = await this.deps.db.raw(
         `INSERT INTO dispatcher_replicas (name, seen_at) VALUES (?, now())
-         ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at`,
+         ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at
+         RETURNING (xmax = 0) AS inserted`,
         [this.deps.name],
       );
+      inserted = Boolean(rows[0]?.inserted);
     } catch (err) {
       this.streakStart = undefined;
       this.deps.log.warn({ err }, 'dispatcher: could not record that this replica is alive; will try again');
       return;
     }
+    if (inserted && this.lastBeat !== undefined) {
+      this.deps.log.warn('dispatcher: another replica took this one for gone (silent too long) and handed back its claims; deliveries under way may reach their receivers twice');
+    }
     const now = performance.now();
     if (this.lastBeat === undefined || this.streakStart === undefined || now - this.lastBeat > 2 * this.opts.heartbeatMs) this.streakStart = now;
     this.lastBeat = now;
-    if (now - this.streakStart >= this.opts.goneAfterMs) await this.releaseGoneReplicas();
+    if (now - this.streakStart >= this.opts.goneAfterMs) this.sweeping ??= this.releaseGoneReplicas().finally(() => (this.sweeping = undefined));
   }
 
   private async releaseGoneReplicas(): Promise<void> {
     try {
       const released = await this.deps.db.transaction(async (trx) => {
+        // Rows another replica is deleting or stamping right now are not worth a wait.
+        await trx.raw(`SET LOCAL lock_timeout = '2s'`);
         const gone: { name: string }[] = await trx('dispatcher_replicas')
           .where('seen_at', '<', trx.raw(`now() - ? * interval '1 millisecond'`, [this.opts.goneAfterMs]))
           .delete()

@@ -4,7 +4,7 @@
 // Every event must be delivered at least once; the only duplicates are redeliveries of the same
 // event id with the same body.
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { OutboxRelay, openBus, type Bus } from '@switchboard/core';
@@ -119,5 +119,12 @@ describe('dispatcher crash safety (main.ts, PostgreSQL + NATS)', function () {
     replacement.child.kill('SIGTERM');
     assert.equal(await survivor.exited, 0);
     assert.equal(await replacement.exited, 0);
+  });
+
+  it('refuses at start a replica silence shorter than two heartbeats, naming the variable', () => {
+    const env = { ...process.env, DATABASE_URL: dbUrl, NATS_URL, ENCRYPTION_KEY: masterKey.toString('base64'), DISPATCHER_REPLICA_HEARTBEAT_MS: '1000', DISPATCHER_REPLICA_GONE_AFTER_MS: '1500' };
+    const run = spawnSync(process.execPath, ['--import', 'tsx', MAIN], { env, encoding: 'utf8', timeout: 30_000 });
+    assert.equal(run.status, 2, run.stderr);
+    assert.match(run.stderr, /configuration error: DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS \(1000\), got 1500/);
   });
 });

@@ -2,6 +2,8 @@
 // back by another replica long before the leases run out (PostgreSQL).
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
+import { Writable } from 'node:stream';
+import { createLogger } from '@switchboard/core';
 import { ReplicaLiveness } from '../src/replica-liveness.ts';
 import { claimDueDeliveries } from '../src/store.ts';
 import { createInstance, log, openTestDatabase, recordRoutedEvent, waitFor } from './support.ts';
@@ -73,6 +75,18 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
     running.splice(running.indexOf(replica), 1);
     await replica.stop();
     assert.equal((await db('dispatcher_replicas').where({ name: 'replica-a' })).length, 0);
+  });
+
+  it('says so when another replica took it for gone (its row was removed)', async () => {
+    const lines: string[] = [];
+    const captured = createLogger({ level: 'warn', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }) });
+    const replica = new ReplicaLiveness({ db, log: captured, name: 'replica-b', onReleased: () => undefined }, { heartbeatMs: 50, goneAfterMs: 400 });
+    running.push(replica);
+    await replica.start();
+    await new Promise((r) => setTimeout(r, 120));
+    assert.equal(lines.length, 0, 'its own stamps are not news');
+    await db('dispatcher_replicas').where({ name: 'replica-b' }).delete();
+    await waitFor('the warning', () => lines.some((l) => l.includes('took this one for gone')));
   });
 
   it('refuses a silence shorter than two heartbeats', () => {
