@@ -49,6 +49,9 @@ export interface SessionWorkerOptions {
   commandRetryDelayMs?: number;
   /** Redelivery of a command whose handler died (process killed). */
   commandAckWaitMs?: number;
+  /** How often a consuming session looks again for queued items older than the commands stream
+   *  keeps commands (default 1 h; see requeueOldItems). */
+  oldItemsCheckMs?: number;
 }
 
 export class SessionWorker {
@@ -64,6 +67,7 @@ export class SessionWorker {
   private consumerChange: Promise<void> = Promise.resolve();
   private lockTimer: NodeJS.Timeout | undefined;
   private settingsTimer: NodeJS.Timeout | undefined;
+  private oldItemsTimer: NodeJS.Timeout | undefined;
   private running = false;
   private owning = false;
 
@@ -331,12 +335,9 @@ export class SessionWorker {
 
   private async startConsumer(): Promise<void> {
     if (this.subscription) return;
-    // The commands stream drops what it held longer than its max age, while SEND_EXPIRY_MS may
-    // keep an item queued longer (a connection down for more than a day): those go out now, after
-    // the newer items whose commands the stream still holds.
-    await this.requeueQueuedItems(busDefaults.commandsMaxAgeMs - COMMAND_AGE_MARGIN_MS).catch((err) =>
-      this.log.warn({ err: String(err) }, 'session: could not publish again the commands of old queued items; the next connect tries again'),
-    );
+    await this.requeueOldItems();
+    this.oldItemsTimer = setInterval(() => void this.requeueOldItems(), this.opts.oldItemsCheckMs ?? 3_600_000);
+    this.oldItemsTimer.unref();
     this.subscription = await this.opts.bus.consume(
       {
         stream: 'commands',
@@ -353,7 +354,19 @@ export class SessionWorker {
     );
   }
 
+  /** The commands stream drops what it held longer than its max age, while SEND_EXPIRY_MS may
+   *  keep an item queued longer (a connection down for more than a day): those go out when
+   *  consuming starts, after the newer items whose commands the stream still holds, and the
+   *  periodic look catches any that a failed attempt left. */
+  private requeueOldItems(): Promise<void> {
+    return this.requeueQueuedItems(busDefaults.commandsMaxAgeMs - COMMAND_AGE_MARGIN_MS).catch((err) =>
+      this.log.warn({ err: String(err) }, 'session: could not publish again the commands of old queued items; will look again'),
+    );
+  }
+
   private async stopConsumer(): Promise<void> {
+    clearInterval(this.oldItemsTimer);
+    this.oldItemsTimer = undefined;
     const sub = this.subscription;
     this.subscription = undefined;
     await sub?.stop();

@@ -182,6 +182,15 @@ for (const nats of [false, true]) {
       await waitStatus(old.id, 'read');
     });
 
+    it('a connected session also finds such items later (the look at connect failed, or missed one)', async () => {
+      await runtime.close();
+      runtime = env.runtime({ oldItemsCheckMs: 100 });
+      await connect();
+      const old = await enqueueSend(env, instanceId, { phone: OK, publish: false, expiresAt: new Date(Date.now() + 22 * 3_600_000) });
+      await env.db('send_items').where({ id: old.id }).update({ created_at: env.db.raw(`now() - interval '26 hours'`) });
+      await waitStatus(old.id, 'read');
+    });
+
     it('records inbound text, group, LID, fromMe and media messages with their events', async () => {
       await connect();
       const call = (body: Record<string, unknown>) => runtime.call(instanceId, 'sandbox.inbound', body);
