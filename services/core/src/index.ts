@@ -1,6 +1,7 @@
 export * from './config.ts';
 export * from './problem.ts';
 export { withDeadline } from './deadline.ts';
+export { sessionLockKey } from './session-lock.ts';
 export * from './ids.ts';
 export * from './text.ts';
 export * from './crypto.ts';

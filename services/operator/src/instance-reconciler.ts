@@ -73,8 +73,9 @@ export class InstanceReconciler {
       if (pod !== 'absent') {
         await this.stopPod(instance, pod);
         waiting = true;
+      } else if (!(await this.d.store.resetSession(name, Boolean(instance.spec.paused)))) {
+        waiting = true; // its pod is gone, but its session still runs somewhere (see removeStuckPod)
       } else {
-        await this.d.store.resetSession(name, Boolean(instance.spec.paused));
         // Recorded before a new pod starts: were this write lost after the pod started, the retry
         // would stop the fresh session and erase the pairing the user may be scanning by then.
         const done = { ...(instance.status ?? {}), lastResetAt: instance.spec.resetRequestedAt };
@@ -235,7 +236,8 @@ export class InstanceReconciler {
       await this.stopPod(instance, pod);
       return this.d.pollMs ?? 1000;
     }
-    await this.d.store.delete(instance.metadata.name);
+    // The pod is gone, but a force-deleted one may still run on its node: wait for its session.
+    if (!(await this.d.store.delete(instance.metadata.name))) return this.d.pollMs ?? 1000;
     const next = structuredClone(instance);
     next.metadata.finalizers = (next.metadata.finalizers ?? []).filter((f) => f !== SESSION_FINALIZER);
     await this.replace(next);

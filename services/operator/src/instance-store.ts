@@ -2,7 +2,7 @@
 // (services/core/src/db/migrations/001_foundation.ts). Every write is idempotent, so a reconcile
 // that is interrupted and repeated leaves the same rows.
 import type { Knex } from 'knex';
-import { randomToken, TOKEN_PREFIXES, type Crypto } from '@switchboard/core';
+import { randomToken, sessionLockKey, TOKEN_PREFIXES, type Crypto } from '@switchboard/core';
 import type { SessionState } from './resources.ts';
 
 export interface InstanceRow {
@@ -79,20 +79,26 @@ export class InstanceStore {
   }
 
   /** Erases the session's pairing (auth state) so it starts fresh; run only while no session pod exists. */
-  async resetSession(id: string, paused: boolean): Promise<void> {
-    await this.db.transaction(async (trx) => {
+  /** Erases the pairing. False, changing nothing, while a session still holds the instance. */
+  async resetSession(id: string, paused: boolean): Promise<boolean> {
+    return this.db.transaction(async (trx) => {
+      if (!(await noSessionHolds(trx, id))) return false;
       await trx('auth_state').where({ instance_id: id }).delete();
       await trx('instances')
         .where({ id })
         .update({ phone: null, qr_code: null, state: paused ? 'stopped' : 'starting', updated_at: trx.fn.now() });
+      return true;
     });
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE CASCADE). */
-  async delete(id: string): Promise<void> {
-    await this.db.transaction(async (trx) => {
+  /** Deletes the records. False, changing nothing, while a session still holds the instance. */
+  async delete(id: string): Promise<boolean> {
+    return this.db.transaction(async (trx) => {
+      if (!(await noSessionHolds(trx, id))) return false;
       await trx('auth_state').where({ instance_id: id }).delete(); // not a foreign key: deleted explicitly
       await trx('instances').where({ id }).delete();
+      return true;
     });
   }
 
@@ -113,4 +119,14 @@ export class InstanceStore {
 
 function toRow(r: Record<string, any>): InstanceRow {
   return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null };
+}
+
+/**
+ * Whether no session holds the instance's owner lock, and none can take it before `trx` ends.
+ * Its pod being gone is not enough: a pod force-deleted on a node cut off from the API server
+ * may still run there, connected to the database and to WhatsApp.
+ */
+async function noSessionHolds(trx: Knex.Transaction, id: string): Promise<boolean> {
+  const { rows } = await trx.raw('SELECT pg_try_advisory_xact_lock(?::bigint) AS free', [sessionLockKey(id)]);
+  return Boolean(rows[0]?.free);
 }

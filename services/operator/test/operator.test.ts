@@ -3,6 +3,7 @@
 // (a watch that dies, compacted history, the API server going away, conflicting writers).
 import assert from 'node:assert/strict';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { sessionLockKey } from '@switchboard/core';
 import { Controller } from '../src/controller.ts';
 import { InstanceStore } from '../src/instance-store.ts';
 import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
@@ -33,15 +34,16 @@ describe('operator: Instance and Project reconciliation', function () {
     t = await openTestDb();
     podsDuringReset = [];
     store = new (class extends InstanceStore {
-      override async resetSession(id: string, paused: boolean): Promise<void> {
+      override async resetSession(id: string, paused: boolean): Promise<boolean> {
         podsDuringReset.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
-        await super.resetSession(id, paused);
+        if (!(await super.resetSession(id, paused))) return false;
         const hook = afterNextReset;
         afterNextReset = undefined;
         hook?.(id);
+        return true;
       }
 
-      override async delete(id: string): Promise<void> {
+      override async delete(id: string): Promise<boolean> {
         podsDuringDelete.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
         if (failRecordDeletes) throw new Error('database unavailable');
         return super.delete(id);
@@ -259,6 +261,30 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.equal(pod('inst-kubectl'), undefined);
       assert.equal(await row('inst-kubectl'), undefined);
       assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-kubectl')), undefined);
+    });
+  });
+
+  it('keeps the records of an instance whose session still runs somewhere (its pod gone), and erases nothing', async () => {
+    await createInstance('inst-held', { displayName: 'Held' });
+    await eventually(() => assert.ok(pod('inst-held'), 'inst-held has a session pod'));
+    await eventually(async () => assert.ok(await row('inst-held'), 'inst-held has its record'));
+    // A session on a node cut off from the API server: its pod was force-deleted, it still holds
+    // the owner lock (here taken by the test, as the session would).
+    const session = await t.db.transaction();
+    await session.raw('SELECT pg_advisory_xact_lock(?::bigint)', [sessionLockKey('inst-held')]);
+    try {
+      assert.equal(await store.resetSession('inst-held', false), false, 'no pairing erased under a running session');
+      await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-held' });
+      await eventually(() => assert.equal(pod('inst-held'), undefined));
+      await new Promise((r) => setTimeout(r, 500)); // several finalizer rounds (100 ms)
+      assert.ok(await row('inst-held'), 'the record stays while the session holds the instance');
+      assert.ok(instance('inst-held'), 'the resource keeps its finalizer');
+    } finally {
+      await session.commit();
+    }
+    await eventually(async () => {
+      assert.equal(await row('inst-held'), undefined);
+      assert.equal(instance('inst-held'), undefined);
     });
   });
 

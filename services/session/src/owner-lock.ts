@@ -2,9 +2,8 @@
 // PostgreSQL: a session-level advisory lock on a dedicated connection held for the worker's
 // life — if the process dies the connection closes and the lock is released by the server.
 // PGlite (embedded): one process owns the database file, so an in-process registry suffices.
-import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { isEmbedded, withDeadline, type Db } from '@switchboard/core';
+import { isEmbedded, sessionLockKey, withDeadline, type Db } from '@switchboard/core';
 
 export interface OwnerLock {
   /** Tries once; true when this holder now owns the instance. */
@@ -14,10 +13,6 @@ export interface OwnerLock {
   release(): Promise<void>;
 }
 
-/** Advisory-lock key of an instance: 64 bits of its hash, as a signed bigint string. */
-export function lockKey(instanceId: string): string {
-  return createHash('sha256').update(`switchboard/session/${instanceId}`).digest().readBigInt64BE(0).toString();
-}
 
 /** How the holder checks its own lock: a round trip every `everyMs`; none within `timeoutMs`
  *  means the lock must be taken as lost (see AdvisoryLock.watch). */
@@ -70,7 +65,7 @@ class AdvisoryLock implements OwnerLock {
   async tryAcquire(): Promise<boolean> {
     if (this.client) return true;
     const client = await openLockConnection(this.db);
-    const { rows } = await client.query('SELECT pg_try_advisory_lock($1::bigint) AS ok', [lockKey(this.instanceId)]);
+    const { rows } = await client.query('SELECT pg_try_advisory_lock($1::bigint) AS ok', [sessionLockKey(this.instanceId)]);
     if (!rows[0]?.ok) {
       await client.end().catch(() => undefined);
       return false;

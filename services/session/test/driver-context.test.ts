@@ -2,9 +2,8 @@
 // before reconnecting after another socket took over the account, WhatsApp close 440), and the
 // instance's settings kept current without any send (autoRejectCalls on an incoming call).
 import assert from 'node:assert/strict';
-import type { DriverContext } from '@switchboard/core';
+import { sessionLockKey, type DriverContext } from '@switchboard/core';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
-import { lockKey } from '../src/owner-lock.ts';
 import { sandboxDriverFactory } from '../src/sandbox/driver.ts';
 import { instanceRow, openEnv, until, type Env } from './harness.ts';
 
@@ -24,7 +23,7 @@ describe('session worker: the driver context', function () {
 
   /** Ends the database session holding the instance's advisory lock, as a network failure would. */
   async function killLockSession(instanceId: string): Promise<void> {
-    const key = BigInt.asUintN(64, BigInt(lockKey(instanceId)));
+    const key = BigInt.asUintN(64, BigInt(sessionLockKey(instanceId)));
     const { rows } = await env.db.raw(
       `SELECT pg_terminate_backend(pid) AS ended FROM pg_locks
         WHERE locktype = 'advisory' AND granted AND classid = ?::oid AND objid = ?::oid AND objsubid = 1
