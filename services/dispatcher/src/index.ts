@@ -8,7 +8,7 @@ import { DEFAULT_RETRY_AFTER_CAP_MS } from './backoff.ts';
 import { createEgressClient, type EgressClient } from './egress.ts';
 import { startIntake, type IntakeOptions } from './intake.ts';
 import { DeliveryScheduler, DEFAULT_SCHEDULER_OPTIONS, type SchedulerOptions } from './scheduler.ts';
-import { DEFAULT_REPLICA_LIVENESS, ReplicaLiveness } from './replica-liveness.ts';
+import { livenessOptions, ReplicaLiveness } from './replica-liveness.ts';
 import { releaseLeasesOf } from './store.ts';
 
 export interface DispatcherOptions extends Partial<SchedulerOptions> {
@@ -62,7 +62,7 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
   );
   const liveness = new ReplicaLiveness(
     { db, log, name: leaseOwner, onReleased: () => scheduler.kick() },
-    { heartbeatMs: args.replicaHeartbeatMs ?? DEFAULT_REPLICA_LIVENESS.heartbeatMs, goneAfterMs: args.replicaGoneAfterMs ?? DEFAULT_REPLICA_LIVENESS.goneAfterMs },
+    livenessOptions(args.replicaHeartbeatMs, args.replicaGoneAfterMs),
   );
   scheduler.start();
   await liveness.start();

@@ -23,6 +23,11 @@ export interface ReplicaLivenessOptions {
 
 export const DEFAULT_REPLICA_LIVENESS: ReplicaLivenessOptions = { heartbeatMs: 5_000, goneAfterMs: 20_000 };
 
+/** The options in effect: each one given, else its default. */
+export function livenessOptions(heartbeatMs?: number, goneAfterMs?: number): ReplicaLivenessOptions {
+  return { heartbeatMs: heartbeatMs ?? DEFAULT_REPLICA_LIVENESS.heartbeatMs, goneAfterMs: goneAfterMs ?? DEFAULT_REPLICA_LIVENESS.goneAfterMs };
+}
+
 export interface ReplicaLivenessDeps {
   db: Knex;
   log: Logger;

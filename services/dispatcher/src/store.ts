@@ -119,9 +119,9 @@ export async function releaseClaim(db: Knex, claim: ClaimedDelivery, nextAttempt
 
 /**
  * Hands back, as due, the open deliveries still leased to `owner` (their `next_attempt_at` is
- * the lease it was given): called as a dispatcher starts, when they can only be its
- * predecessor's under the same name (a restart after a crash), so they need not wait out their
- * lease. A name must never be shared by two live dispatchers.
+ * the lease it was given), so they need not wait out their lease: called as a dispatcher starts
+ * under a name, when they can only be its predecessor's (a restart after a crash), and for a
+ * replica found silent (replica-liveness.ts). A name must never be shared by two live dispatchers.
  */
 export async function releaseLeasesOf(db: Knex, owner: string): Promise<number> {
   return db('deliveries')

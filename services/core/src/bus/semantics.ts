@@ -10,7 +10,7 @@ export const busDefaults = {
   duplicateWindowMs: 2 * MINUTE,
   /** Send commands older than this are dropped by the stream. Items expire after 24 h by
    *  default; with a longer SEND_EXPIRY_MS the session publishes older queued items again when it
-   *  starts consuming (SessionWorker.startConsumer). */
+   *  starts consuming and hourly while it consumes (SessionWorker.requeueOldItems). */
   commandsMaxAgeMs: 25 * HOUR,
   /** Recorded events are kept this long for (re)delivery. */
   eventsMaxAgeMs: 7 * 24 * HOUR,
