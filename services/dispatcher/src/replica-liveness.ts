@@ -4,6 +4,11 @@
 // leases it held, so its claims wait seconds instead of the rest of their 60 s lease. A restarted
 // replica under the same name takes its leases back itself at start (see startDispatcher).
 //
+// Silence is measured on the watcher's own monotonic clock: a stamp seen unchanged for
+// `goneAfterMs` means nobody wrote it in that time. Comparing stamps with the database's now()
+// would take every replica for gone when that clock steps forward (an NTP correction, a failover
+// to a server whose clock is ahead).
+//
 // A false alarm (a replica alive but silent for `goneAfterMs`) costs at most a second attempt of
 // the deliveries it had under way: its results are fenced off (the lease is no longer its own),
 // and the receiver sees the same event id twice, which at-least-once delivery allows. Replicas of
@@ -42,10 +47,10 @@ export class ReplicaLiveness {
   private beating: Promise<void> | undefined;
   /** A check for silent replicas under way; it never delays this replica's own stamps. */
   private sweeping: Promise<void> | undefined;
-  /** When this replica's current run of timely heartbeats began (local monotonic ms). It judges
-   *  others only once that run is `goneAfterMs` long: after a database outage every replica's
-   *  stamp is old, and none may call the others gone before they had the time to stamp again. */
-  private streakStart: number | undefined;
+  /** Each other replica's stamp as last read, and since when (local monotonic ms) it has been
+   *  that. Forgotten whenever this replica's own heartbeats falter: after a database outage or a
+   *  pause of this process nobody could stamp, so every watch starts again. */
+  private readonly watched = new Map<string, { stamp: string; since: number }>();
   private lastBeat: number | undefined;
 
   constructor(
@@ -95,7 +100,7 @@ export class ReplicaLiveness {
       );
       inserted = Boolean(rows[0]?.inserted);
     } catch (err) {
-      this.streakStart = undefined;
+      this.lastBeat = undefined;
       this.deps.log.warn({ err }, 'dispatcher: could not record that this replica is alive; will try again');
       return;
     }
@@ -103,23 +108,44 @@ export class ReplicaLiveness {
       this.deps.log.warn('dispatcher: another replica took this one for gone (silent too long) and handed back its claims; deliveries under way may reach their receivers twice');
     }
     const now = performance.now();
-    if (this.lastBeat === undefined || this.streakStart === undefined || now - this.lastBeat > 2 * this.opts.heartbeatMs) this.streakStart = now;
+    if (this.lastBeat === undefined || now - this.lastBeat > 2 * this.opts.heartbeatMs) this.watched.clear();
     this.lastBeat = now;
-    if (now - this.streakStart >= this.opts.goneAfterMs) this.sweeping ??= this.releaseGoneReplicas().finally(() => (this.sweeping = undefined));
+    this.sweeping ??= this.releaseGoneReplicas().finally(() => (this.sweeping = undefined));
+  }
+
+  /** Reads the other replicas' stamps and returns those unchanged for `goneAfterMs`. */
+  private async silentReplicas(): Promise<{ name: string; stamp: string }[]> {
+    const rows: { name: string; stamp: string }[] = await this.deps.db('dispatcher_replicas')
+      .whereNot({ name: this.deps.name })
+      .select('name', this.deps.db.raw('seen_at::text AS stamp'));
+    const now = performance.now();
+    for (const name of this.watched.keys()) if (!rows.some((r) => r.name === name)) this.watched.delete(name);
+    return rows.filter(({ name, stamp }) => {
+      const seen = this.watched.get(name);
+      if (seen?.stamp === stamp) return now - seen.since >= this.opts.goneAfterMs;
+      this.watched.set(name, { stamp, since: now });
+      return false;
+    });
   }
 
   private async releaseGoneReplicas(): Promise<void> {
     try {
+      const silent = await this.silentReplicas();
+      if (!silent.length) return;
       const released = await this.deps.db.transaction(async (trx) => {
         // Rows another replica is deleting or stamping right now are not worth a wait.
         await trx.raw(`SET LOCAL lock_timeout = '2s'`);
-        const gone: { name: string }[] = await trx('dispatcher_replicas')
-          .where('seen_at', '<', trx.raw(`now() - ? * interval '1 millisecond'`, [this.opts.goneAfterMs]))
-          .delete()
-          .returning('name');
+        const gone: string[] = [];
         let count = 0;
-        for (const { name } of gone) count += await releaseLeasesOf(trx, name);
-        if (gone.length) this.deps.log.info({ replicas: gone.map((g) => g.name), released: count }, 'dispatcher: replicas gone silent; handed back the deliveries they had claimed');
+        for (const { name, stamp } of silent) {
+          // Only the stamp that was watched: a replica that stamped meanwhile is alive.
+          const deleted = await trx('dispatcher_replicas').where({ name }).where('seen_at', trx.raw('?::timestamptz', [stamp])).delete();
+          if (!deleted) continue;
+          gone.push(name);
+          this.watched.delete(name);
+          count += await releaseLeasesOf(trx, name);
+        }
+        if (gone.length) this.deps.log.info({ replicas: gone, released: count }, 'dispatcher: replicas gone silent; handed back the deliveries they had claimed');
         return count;
       });
       if (released) this.deps.onReleased(released);

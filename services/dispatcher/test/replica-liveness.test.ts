@@ -68,6 +68,29 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
     assert.deepEqual(await db('deliveries').whereIn('event_id', gone).whereNull('lease_owner').pluck('event_id'), gone);
   });
 
+  it('measures silence on its own clock: a stamp that keeps changing is alive, however old it looks to the database', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    await recordRoutedEvent(db, inst.id);
+    const held = await claimFor('replica-behind', 1);
+    // The stamps of a live replica written just before the database's clock stepped an hour ahead.
+    const restamp = () => db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-behind', now() - interval '1 hour')
+      on conflict (name) do update set seen_at = excluded.seen_at`);
+    await restamp();
+    let stamping = true;
+    const stamper = (async () => {
+      while (stamping) {
+        await restamp();
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    await startReplica('replica-watcher', { heartbeatMs: 50, goneAfterMs: 300 });
+    await new Promise((r) => setTimeout(r, 1200));
+    stamping = false;
+    await stamper;
+    assert.deepEqual(await leasedTo('replica-behind'), held, 'a replica still stamping keeps its lease');
+    await waitFor('the lease handed back once the stamps stop', async () => (await leasedTo('replica-behind')).length === 0);
+  });
+
   it('records itself while it runs and leaves the table when stopped', async () => {
     const replica = await startReplica('replica-a');
     const first = (await db('dispatcher_replicas').where({ name: 'replica-a' }).first()).seen_at as Date;
