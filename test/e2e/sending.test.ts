@@ -65,16 +65,23 @@ for (const mode of modes) {
         { type: 'document', base64: mediaFixtures.pdf.base64(), mimetype: 'application/pdf', fileName: 'invoice.pdf' },
         { type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp' },
       ];
+      const messengerIds: Record<string, string> = {};
       for (const c of cases) {
         const res = await send({ phone: '5511988887777', ...c });
         assert.equal(res.status, 202, `${c.type}: ${JSON.stringify(res.body)}`);
         await waitForSendStatus(t.admin, inst.id, res.body.id, ['read']);
+        messengerIds[c.type] = res.body.messengerId;
       }
+      const echoOf = (messengerId: string) => eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === messengerId));
+      // Audio and video carry their playing time (the fixtures last one second); an image none.
+      assert.equal((await echoOf(messengerIds.audio)).media.seconds, 1);
+      assert.equal((await echoOf(messengerIds.video)).media.seconds, 1);
+      assert.equal((await echoOf(messengerIds.image)).media.seconds, null);
       const voice = await send({ phone: '5511988887777', type: 'audio', base64: mediaFixtures.wav.base64(), mimetype: 'audio/wav', ptt: true });
       assert.equal(voice.status, 202);
       await waitForSendStatus(t.admin, inst.id, voice.body.id, ['played']);
       // The echo of the voice note carries its length, worked out when it was converted.
-      const echo = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === voice.body.messengerId));
+      const echo = await echoOf(voice.body.messengerId);
       assert.equal(echo.media.voiceNote, true);
       assert.ok(echo.media.seconds >= 1, JSON.stringify(echo.media));
     });

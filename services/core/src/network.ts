@@ -19,7 +19,7 @@ export interface OutboundMessage {
   fileName?: string;
   mimetype?: string;
   ptt?: boolean;
-  /** Whole seconds of a voice note, worked out when it was converted. */
+  /** Whole seconds of audio or video, worked out by the gateway (absent when it could not tell). */
   seconds?: number;
   media?: Uint8Array;
 }

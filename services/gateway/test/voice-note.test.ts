@@ -6,35 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Problem } from '@switchboard/core';
-import { mediaFixtures } from '../../../test/fixtures/media/index.ts';
-import { convertToVoiceNote, oggOpusSeconds, resolveFfmpegPath } from '../src/media/voice-note.ts';
+import { makeWav, mediaFixtures } from '../../../test/fixtures/media/index.ts';
+import { convertToVoiceNote, oggOpusSeconds } from '../src/media/voice-note.ts';
+import { resolveFfmpegPath } from '../src/media/ffmpeg.ts';
 
 const run = promisify(execFile);
-
-/** A PCM WAV file: a sine tone, 16-bit little-endian samples, `channels` interleaved. */
-function makeWav(seconds: number, sampleRate: number, channels: number, frequency = 440): Buffer {
-  const frames = Math.round(seconds * sampleRate);
-  const data = Buffer.alloc(frames * channels * 2);
-  for (let i = 0; i < frames; i++) {
-    const sample = Math.round(Math.sin((2 * Math.PI * frequency * i) / sampleRate) * 12_000);
-    for (let c = 0; c < channels; c++) data.writeInt16LE(sample, (i * channels + c) * 2);
-  }
-  const header = Buffer.alloc(44);
-  header.write('RIFF', 0, 'latin1');
-  header.writeUInt32LE(36 + data.length, 4);
-  header.write('WAVE', 8, 'latin1');
-  header.write('fmt ', 12, 'latin1');
-  header.writeUInt32LE(16, 16); // fmt chunk size
-  header.writeUInt16LE(1, 20); // PCM
-  header.writeUInt16LE(channels, 22);
-  header.writeUInt32LE(sampleRate, 24);
-  header.writeUInt32LE(sampleRate * channels * 2, 28); // byte rate
-  header.writeUInt16LE(channels * 2, 32); // block align
-  header.writeUInt16LE(16, 34); // bits per sample
-  header.write('data', 36, 'latin1');
-  header.writeUInt32LE(data.length, 40);
-  return Buffer.concat([header, data]);
-}
 
 interface Probe {
   streams: { codec_name: string; sample_rate: string; channels: number }[];

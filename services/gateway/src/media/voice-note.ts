@@ -1,19 +1,11 @@
 // Voice notes (spec "Send request", ptt): audio is converted with ffmpeg to Ogg Opus, mono,
-// 48 kHz, which is what the network plays as a voice note. Input goes through a temporary file
-// rather than stdin because some containers (MP4/M4A with the index at the end) need seeking.
-import { spawn } from 'node:child_process';
-import { constants } from 'node:fs';
-import { access, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+// 48 kHz, which is what the network plays as a voice note.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { Problem } from '@switchboard/core';
+import { resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
 
-export interface VoiceNoteOptions {
-  /** ffmpeg is killed after this long; default 30 s. */
-  timeoutMs?: number;
-  /** A specific ffmpeg binary; default: `ffmpeg` on PATH, else the one from @ffmpeg-installer. */
-  ffmpegPath?: string;
-}
+export type VoiceNoteOptions = FfmpegOptions;
 
 export interface VoiceNote {
   bytes: Buffer;
@@ -22,23 +14,20 @@ export interface VoiceNote {
 }
 
 const DEFAULT_TIMEOUT_MS = 30_000;
-const STDERR_LIMIT = 2000;
 
 export async function convertToVoiceNote(bytes: Uint8Array, opts: VoiceNoteOptions = {}): Promise<VoiceNote> {
   const ffmpeg = opts.ffmpegPath ?? (await resolveFfmpegPath());
-  const dir = await mkdtemp(join(tmpdir(), 'sb-voice-'));
-  try {
-    const input = join(dir, 'input');
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const ogg = await withInputFile(bytes, async (input, dir) => {
     const output = join(dir, 'voice.ogg');
-    await writeFile(input, bytes, { mode: 0o600 });
-    await runFfmpeg(ffmpeg, opusArguments(input, output), opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
-    const ogg = await readFile(output);
-    const seconds = oggOpusSeconds(ogg);
-    if (seconds === undefined) throw conversionFailed('the converted file contains no audio');
-    return { bytes: ogg, seconds: seconds > 0 ? Math.max(1, Math.round(seconds)) : 0 };
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+    const run = await runFfmpeg(ffmpeg, opusArguments(input, output), timeoutMs);
+    if (run.timedOut) throw conversionFailed(`the conversion took longer than ${Math.round(timeoutMs / 1000)} s`, run.stderr);
+    if (run.code !== 0) throw conversionFailed('the file could not be decoded as audio', run.stderr);
+    return readFile(output);
+  });
+  const seconds = oggOpusSeconds(ogg);
+  if (seconds === undefined) throw conversionFailed('the converted file contains no audio');
+  return { bytes: ogg, seconds: seconds > 0 ? Math.max(1, Math.round(seconds)) : 0 };
 }
 
 function opusArguments(input: string, output: string): string[] {
@@ -51,46 +40,6 @@ function opusArguments(input: string, output: string): string[] {
     '-c:a', 'libopus', '-b:a', '32k', '-application', 'voip',
     '-f', 'ogg', output,
   ];
-}
-
-/** Runs ffmpeg; any failure to convert (bad input, time limit) becomes Problem 422. */
-function runFfmpeg(ffmpeg: string, args: string[], timeoutMs: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(ffmpeg, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      child.kill('SIGKILL');
-    }, timeoutMs);
-    child.stderr.setEncoding('utf8').on('data', (text: string) => {
-      if (stderr.length < STDERR_LIMIT) stderr += text.slice(0, STDERR_LIMIT - stderr.length);
-    });
-    child.once('error', (err) => {
-      clearTimeout(timer);
-      reject(new Error(`cannot run ffmpeg (${ffmpeg}): ${err.message}`)); // a server fault, not the file's
-    });
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      if (timedOut) return reject(conversionFailed(`the conversion took longer than ${Math.round(timeoutMs / 1000)} s`, stderr));
-      if (code !== 0) return reject(conversionFailed('the file could not be decoded as audio', stderr));
-      resolve();
-    });
-  });
-}
-
-/** The system ffmpeg if one is on PATH, otherwise the binary shipped in @ffmpeg-installer/ffmpeg. */
-export async function resolveFfmpegPath(searchPath = process.env.PATH ?? ''): Promise<string> {
-  for (const dir of searchPath.split(delimiter).filter(Boolean)) {
-    const candidate = join(dir, 'ffmpeg');
-    if (await access(candidate, constants.X_OK).then(() => true, () => false)) return candidate;
-  }
-  try {
-    const installer = await import('@ffmpeg-installer/ffmpeg');
-    return installer.default.path;
-  } catch {
-    throw new Error('ffmpeg was not found on PATH and @ffmpeg-installer/ffmpeg has no binary for this platform');
-  }
 }
 
 /**

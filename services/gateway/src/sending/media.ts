@@ -5,6 +5,7 @@ import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
 import { convertToVoiceNote } from '../media/voice-note.ts';
+import { mediaSeconds } from '../media/duration.ts';
 
 export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: SendRequest): Promise<{ id: string; mimetype: string; seconds?: number } | undefined> {
   if (req.type === 'text') {
@@ -15,23 +16,25 @@ export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: S
   assertMimetype(req.type, req.mimetype!);
   let bytes: Uint8Array = decodeBase64Strict(req.base64!);
   let mimetype = req.mimetype!;
-  let seconds: number | null = null;
+  let seconds: number | undefined;
   if (req.type === 'audio' && req.ptt) {
     const note = await convertToVoiceNote(bytes);
     bytes = note.bytes;
     seconds = note.seconds;
     mimetype = 'audio/ogg; codecs=opus';
+  } else if (req.type === 'audio' || req.type === 'video') {
+    seconds = await mediaSeconds(bytes);
   }
   const record = await storeMedia(deps.db, deps.media, {
     instanceId,
     direction: 'outbound',
     mimetype,
     fileName: req.fileName ?? null,
-    seconds,
+    seconds: seconds ?? null,
     voiceNote: Boolean(req.ptt),
     bytes,
   });
-  return { id: record.id, mimetype, seconds: seconds ?? undefined };
+  return { id: record.id, mimetype, seconds };
 }
 
 function unsupported(detail: string): Problem {

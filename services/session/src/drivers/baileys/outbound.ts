@@ -17,9 +17,9 @@ export function messageContent(msg: OutboundMessage): AnyMessageContent {
     case 'image':
       return { image: media, caption, mimetype: msg.mimetype };
     case 'video':
-      return { video: media, caption, mimetype: msg.mimetype };
+      return { video: media, caption, mimetype: msg.mimetype, seconds: msg.seconds };
     case 'audio':
-      return msg.ptt ? { audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE, seconds: msg.seconds } : { audio: media, mimetype: msg.mimetype };
+      return msg.ptt ? { audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE, seconds: msg.seconds } : { audio: media, mimetype: msg.mimetype, seconds: msg.seconds };
     case 'document':
       return { document: media, mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName ?? 'file', caption };
     case 'sticker':

@@ -1,0 +1,31 @@
+// The playing time of an audio or video file a client sends, so the recipient sees it before
+// downloading (WhatsApp shows the `seconds` of the message) and our records carry it. Best
+// effort: a file ffmpeg cannot read still goes out, without a duration, as it did before.
+import { resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+// Generous: the input's metadata tags are printed before its duration.
+const PROBE_OUTPUT_LIMIT = 64 * 1024;
+
+/** Whole seconds (at least 1 for anything that plays), or undefined when ffmpeg cannot tell —
+ *  or cannot run: the send does not depend on it. */
+export async function mediaSeconds(bytes: Uint8Array, opts: FfmpegOptions = {}): Promise<number | undefined> {
+  try {
+    const ffmpeg = opts.ffmpegPath ?? (await resolveFfmpegPath());
+    // Without an output ffmpeg only describes its input (and exits with 1, which is expected).
+    const run = await withInputFile(bytes, (input) =>
+      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', '-i', input], opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, PROBE_OUTPUT_LIMIT),
+    );
+    return run.timedOut ? undefined : durationSeconds(run.stderr);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The `Duration: HH:MM:SS.ss` of ffmpeg's description of its input, in whole seconds. */
+export function durationSeconds(ffmpegOutput: string): number | undefined {
+  const m = /Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)/.exec(ffmpegOutput);
+  if (!m) return undefined;
+  const seconds = Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
+  return seconds > 0 ? Math.max(1, Math.round(seconds)) : undefined;
+}

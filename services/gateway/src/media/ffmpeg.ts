@@ -1,0 +1,76 @@
+// Running ffmpeg on a file a client sent: voice-note conversion and media durations. Input goes
+// through a private temporary file rather than stdin because some containers (MP4/M4A with the
+// index at the end) need seeking.
+import { spawn } from 'node:child_process';
+import { constants } from 'node:fs';
+import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+
+export interface FfmpegOptions {
+  /** ffmpeg is killed after this long. */
+  timeoutMs?: number;
+  /** A specific ffmpeg binary; default: `ffmpeg` on PATH, else the one from @ffmpeg-installer. */
+  ffmpegPath?: string;
+}
+
+export interface FfmpegRun {
+  /** Exit code; null when it was killed. */
+  code: number | null;
+  timedOut: boolean;
+  /** The start of what ffmpeg wrote to stderr (its diagnostics). */
+  stderr: string;
+}
+
+/** Calls `use` with the path of a temporary file holding `bytes` and a directory for outputs;
+ *  both are removed afterwards. */
+export async function withInputFile<T>(bytes: Uint8Array, use: (input: string, dir: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), 'sb-media-'));
+  try {
+    const input = join(dir, 'input');
+    await writeFile(input, bytes, { mode: 0o600 });
+    return await use(input, dir);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Runs ffmpeg to its end or its time limit, keeping the first `stderrLimit` characters of its
+ *  diagnostics. Rejects only when ffmpeg cannot be started at all, which is the server's fault,
+ *  not the file's. */
+export function runFfmpeg(ffmpeg: string, args: string[], timeoutMs: number, stderrLimit = 4000): Promise<FfmpegRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(ffmpeg, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, timeoutMs);
+    child.stderr.setEncoding('utf8').on('data', (text: string) => {
+      if (stderr.length < stderrLimit) stderr += text.slice(0, stderrLimit - stderr.length);
+    });
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(new Error(`cannot run ffmpeg (${ffmpeg}): ${err.message}`));
+    });
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, timedOut, stderr });
+    });
+  });
+}
+
+/** The system ffmpeg if one is on PATH, otherwise the binary shipped in @ffmpeg-installer/ffmpeg. */
+export async function resolveFfmpegPath(searchPath = process.env.PATH ?? ''): Promise<string> {
+  for (const dir of searchPath.split(delimiter).filter(Boolean)) {
+    const candidate = join(dir, 'ffmpeg');
+    if (await access(candidate, constants.X_OK).then(() => true, () => false)) return candidate;
+  }
+  try {
+    const installer = await import('@ffmpeg-installer/ffmpeg');
+    return installer.default.path;
+  } catch {
+    throw new Error('ffmpeg was not found on PATH and @ffmpeg-installer/ffmpeg has no binary for this platform');
+  }
+}
