@@ -62,6 +62,5 @@ export const problems = {
   forbidden: (detail = 'This credential does not give access to this resource.') => new Problem(403, 'forbidden', detail),
   notFound: (what: string) => new Problem(404, 'not_found', `${what} does not exist.`),
   conflict: (code: string, detail: string) => new Problem(409, code, detail),
-  notImplemented: (what: string) => new Problem(501, 'not_implemented', `${what} is not implemented yet.`),
   unavailable: (code: string, detail: string) => new Problem(503, code, detail),
 };

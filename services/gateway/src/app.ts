@@ -28,6 +28,8 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     const requestId = ctx.get('x-request-id').slice(0, 128) || randomUUID();
     ctx.state.requestId = requestId;
     ctx.set('X-Request-Id', requestId);
+    // RFC 9112 §3.2 (the server lets requests without Host through, so they get a problem document).
+    if (ctx.req.httpVersion === '1.1' && ctx.req.headers.host === undefined) throw problems.badRequest('host_required', 'An HTTP/1.1 request must carry a Host header.');
     await next();
   });
   app.use(metricsEndpoint(metrics));

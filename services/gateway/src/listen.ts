@@ -1,14 +1,21 @@
-import { createServer, STATUS_CODES, type Server } from 'node:http';
+import { createServer, STATUS_CODES, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
 import { Problem } from '@switchboard/core';
 
 /** Starts an HTTP server for the app; resolves with it and the bound port. */
 export function listen(app: Koa, port: number, host: string): Promise<{ server: Server; port: number; close(): Promise<void> }> {
-  const server = createServer(app.callback());
+  // Node would answer a missing Host with a bare 400; the app answers it with a problem document.
+  const server = createServer({ requireHostHeader: false }, app.callback());
   server.requestTimeout = 120_000; // large media uploads on slow links
   server.headersTimeout = 30_000;
   server.on('clientError', answerUnparsableRequest);
+  // Answered by Node itself otherwise: 417 with an empty body, and CONNECT with no answer at all.
+  server.on('checkExpectation', (_req, res: ServerResponse) => {
+    const body = problemBody(417, 'expectation_failed', 'Only "Expect: 100-continue" is supported.');
+    res.writeHead(417, { 'Content-Type': 'application/problem+json', 'Content-Length': Buffer.byteLength(body), Connection: 'close' }).end(body);
+  });
+  server.on('connect', (_req, socket: Duplex) => writeProblem(socket, 405, 'method_not_allowed', 'CONNECT is not allowed: this is not a proxy.'));
   return new Promise((resolve, reject) => {
     // A start that cannot listen names what to change (DESIGN §4: one line naming the variable).
     server.once('error', (err) => reject(new Error(`HOST/PORT: cannot listen on ${host}:${port} (${err.message})`)));
@@ -31,11 +38,23 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
 /** A request Node's HTTP parser refused (oversized headers, a malformed request line) gets a
  *  problem document like every other error, instead of Node's bare status line. */
 function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): void {
-  // As Node itself does: never write into a response already under way on this connection.
-  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-  if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
+  if (err.code === 'ECONNRESET' || !socket.writable) {
     socket.destroy();
     return;
+  }
+  const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (inFlight) {
+    // Refused bytes after complete requests (pipelined): those requests were served, so their
+    // answers go out first — a client must not take a send that was queued for one that failed.
+    if (err.code?.startsWith('HPE_') && inFlight.req?.complete) {
+      inFlight.once('finish', () => answerUnparsableRequest(err, socket));
+      return;
+    }
+    // As Node itself does: never write into a response already under way on this connection.
+    if (inFlight.headersSent) {
+      socket.destroy();
+      return;
+    }
   }
   const [status, code, detail] =
     err.code === 'HPE_HEADER_OVERFLOW'
@@ -43,7 +62,16 @@ function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): vo
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? [408, 'request_timeout', 'The request was not received in time.']
         : [400, 'malformed_request', 'The request is not valid HTTP.'];
-  const body = JSON.stringify(new Problem(status, code, detail).toJSON());
+  writeProblem(socket, status, code, detail);
+}
+
+function problemBody(status: number, code: string, detail: string): string {
+  return JSON.stringify(new Problem(status, code, detail).toJSON());
+}
+
+/** A whole response written straight to the socket, which is then closed. */
+function writeProblem(socket: Duplex, status: number, code: string, detail: string): void {
+  const body = problemBody(status, code, detail);
   const head = [`HTTP/1.1 ${status} ${STATUS_CODES[status]}`, 'Content-Type: application/problem+json', `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close'];
   socket.end(`${head.join('\r\n')}\r\n\r\n${body}`, () => socket.destroy());
 }

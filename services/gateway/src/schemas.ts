@@ -7,7 +7,9 @@ import { RESOURCE_ID, SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestinati
 export const NAME = z.string().min(2).max(70).refine((s) => /[^\s\u200b-\u200d\u2060\ufeff]/.test(s), 'must contain a visible character');
 const ID = z.string().min(1).max(64);
 /** A date, or a date and time (only its date counts): 2026-01-31, 2026-01-31T12:00:00Z. */
-const DAY = z.string().regex(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/, 'must be a date such as 2026-01-31');
+/** A date, or a date and time with an optional offset; routes/admin.ts reads its parts. */
+export const DATE_TIME = /^(?<date>\d{4}-\d{2}-\d{2})(?:T(?<h>\d{2}):(?<m>\d{2})(?::(?<s>\d{2})(?:\.\d{1,9})?)?(?:Z|(?<sign>[+-])(?<oh>\d{2}):?(?<om>\d{2}))?)?$/;
+const DAY = z.string().regex(DATE_TIME, 'must be a date such as 2026-01-31');
 /** Project ids are Kubernetes names (DESIGN §5 "Ids"). */
 const PROJECT_ID = ID.regex(RESOURCE_ID, 'must be lowercase letters, digits and dashes, at most 40 characters');
 

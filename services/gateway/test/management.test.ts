@@ -5,6 +5,7 @@ import { startTestServer, type StorageKind, type TestServer } from '../../../tes
 import { healthRoutes } from '../src/routes/health.ts';
 import { eventually } from '../../../test/support/http.ts';
 import { connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
 
 const name = (n: number) => 'x'.repeat(n);
 
@@ -62,8 +63,13 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
     it('unknown routes and methods answer with problem documents', async () => {
       assertProblem(await t.admin.get('/api/nope'), 404, 'not_found');
       assertProblem(await t.admin.request('PATCH', '/api/stats'), 405);
-      // A method the router knows nobody implements (Koa's bare 501 before).
-      assertProblem(await t.admin.request('PROPFIND', '/api/projects'), 501, 'not_implemented');
+      // A method no route has is the client's fault too (the router's bare 501 before).
+      const propfind = await t.admin.request('PROPFIND', '/api/projects');
+      assertProblem(propfind, 405, 'method_not_allowed');
+      assert.equal(propfind.headers.get('allow'), 'HEAD, GET, POST');
+      const trace = await rawRequest(t.url, 'TRACE /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'); // fetch() refuses TRACE
+      assert.match(trace, /^HTTP\/1\.1 405 /);
+      assert.match(trace, /\r\nallow: HEAD, GET\r\n/i);
     });
 
     it('answers requests the HTTP parser refuses with problem documents', async () => {
@@ -74,6 +80,25 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       const garbled = await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost x\r\n\r\n');
       assert.match(garbled, /^HTTP\/1\.1 400 /);
       assert.equal(JSON.parse(garbled.slice(garbled.indexOf('\r\n\r\n') + 4)).code, 'malformed_request');
+      // What Node would answer with an empty body, or not at all.
+      const problemOf = (answer: string) => {
+        assert.match(answer, /content-type: application\/problem\+json/i, answer);
+        return [Number(answer.slice(9, 12)), JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).code];
+      };
+      assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n')), [400, 'host_required']);
+      assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n')), [417, 'expectation_failed']);
+      assert.deepEqual(problemOf(await rawRequest(t.url, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n')), [405, 'method_not_allowed']);
+    });
+
+    it('answers the complete requests before refusing the bytes after them (pipelining)', async () => {
+      const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+      const get = 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n';
+      assert.deepEqual(statuses(await rawRequest(t.url, `${get}${get}GARBAGE\r\n\r\n`)), [200, 200, 400]);
+      const body = JSON.stringify({ name: 'Pipelined' });
+      const post = `POST /api/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${t.adminKey}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+      const answer = await rawRequest(t.url, `${post}GARBAGE\r\n\r\n`);
+      assert.deepEqual(statuses(answer), [201, 400], 'the project that was created is reported as created');
+      assert.match(answer, /"name":"Pipelined"/);
     });
 
     it('refuses a JSON null body instead of reading it as no fields', async () => {
@@ -91,6 +116,18 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem({ status: res.status, headers: res.headers, body: await res.json() }, 400, 'unsupported_content_type');
       }
       assert.equal((await post('application/json; charset=utf-8', '{"name":"With charset"}')).status, 201);
+      // Bytes that are not UTF-8 JSON are refused, not stored with their letters replaced.
+      const raw = async (headers: Record<string, string>, bytes: Buffer, code: string) => {
+        const res = await fetch(`${t.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${t.adminKey}`, 'content-type': 'application/json', ...headers }, body: new Uint8Array(bytes) as Uint8Array<ArrayBuffer> });
+        assertProblem({ status: res.status, headers: res.headers, body: await res.json() }, 400, code);
+      };
+      const latin1 = Buffer.from('{"name":"Caf\xe9 latin1"}', 'latin1');
+      await raw({ 'content-type': 'application/json; charset=iso-8859-1' }, latin1, 'unsupported_charset');
+      await raw({}, latin1, 'invalid_json');
+      await raw({ 'content-encoding': 'gzip' }, gzipSync('{"name":"Compressed"}'), 'unsupported_content_encoding');
+      await raw({ 'content-encoding': 'gzip' }, Buffer.from('{"name":"Said compressed"}'), 'unsupported_content_encoding');
+      const names = ((await t.admin.get('/api/projects')).body.data as { name: string }[]).map((p) => p.name);
+      assert.ok(!names.some((n) => /latin1|ompressed/.test(n)), `nothing refused was created: ${names.join(', ')}`);
       const mistyped = await t.admin.post('/api/projects', { name: 123 });
       assertProblem(mistyped, 400, 'validation_failed');
       assert.equal(mistyped.body.errors[0].path, 'name');
@@ -380,6 +417,12 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem(await t.admin.get('/api/stats?from=0000-01-01'), 400);
         assert.equal((await t.admin.get('/api/stats?from=0001-01-01&to=9998-12-31')).status, 200, 'the widest range PostgreSQL takes');
         assert.equal((await t.admin.get('/api/stats?from=2020-01-01T00:00:00Z&to=2020-01-31')).body.from, '2020-01-01');
+        // A time counts on its UTC date; a time that does not exist is refused.
+        const local = (await t.admin.get(`/api/stats?from=${encodeURIComponent('2020-01-01T22:30-03:00')}&to=${encodeURIComponent('2020-01-31T08:00+09:00')}`)).body;
+        assert.deepEqual([local.from, local.to], ['2020-01-02', '2020-01-30']);
+        for (const bad of ['2026-01-01T25:00', '2026-11-25T23:99:99Z', '2026-01-01T10:00+24:00', '2026-02-30T10:00Z']) {
+          assertProblem(await t.admin.get(`/api/stats?from=${encodeURIComponent(bad)}`), 400, 'validation_failed');
+        }
         assertProblem(await t.admin.get('/api/stats?from=2020-03-01&to=2020-01-01'), 400);
         const wide = await t.admin.get('/api/stats?from=2000-01-01&to=2100-12-31');
         assert.equal(wide.status, 200);
@@ -431,7 +474,8 @@ describe('rate limit, origin and proxy handling', function () {
     assertProblem(limited, 429, 'rate_limited');
     assert.ok(Number(limited.headers.get('retry-after')) >= 1);
     assert.ok(Number(limited.headers.get('ratelimit-reset')) >= 1);
-    assert.equal((await t.client().get('/health')).status, 200);
+    // The router serves the probes in any case and with a trailing slash; so does the exemption.
+    for (const probe of ['/health', '/health/', '/HEALTH', '/Ready']) assert.equal((await t.client().get(probe)).status, 200, probe);
     // X-Forwarded-For is ignored without TRUST_PROXY: still the same client.
     assertProblem(await t.admin.get('/api/projects', { 'x-forwarded-for': '203.0.113.9' }), 429);
   });

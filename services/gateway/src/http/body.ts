@@ -13,11 +13,33 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
   if (!declaresJson(ctx.get('content-type'))) {
     throw problems.badRequest('unsupported_content_type', 'JSON request bodies must be sent with Content-Type: application/json.');
   }
+  // Read as it came, a compressed body would only fail as JSON; one in another charset would be
+  // stored with its letters replaced.
+  if (!['', 'identity'].includes(ctx.get('content-encoding').trim().toLowerCase())) {
+    throw problems.badRequest('unsupported_content_encoding', 'Request bodies must not be compressed: send them without Content-Encoding.');
+  }
+  const charset = declaredCharset(ctx.get('content-type'));
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    throw problems.badRequest('unsupported_charset', 'JSON request bodies must be UTF-8 (charset=utf-8, or no charset).');
+  }
+  let text: string;
   try {
-    return JSON.parse(raw.toString('utf8'));
+    text = strictUtf8.decode(raw);
+  } catch {
+    throw problems.badRequest('invalid_json', 'The request body is not valid UTF-8.');
+  }
+  try {
+    return JSON.parse(text);
   } catch {
     throw problems.badRequest('invalid_json', 'The request body is not valid JSON.');
   }
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+function declaredCharset(contentType: string): string | undefined {
+  const param = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(contentType);
+  return param?.[1].toLowerCase();
 }
 
 /** The spec's bodies are JSON: application/json or a +json type; a body without a declared type is read as JSON. */

@@ -2,18 +2,25 @@
 // a generic detail: the stack trace goes to the log, never to the client.
 import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
-import { Problem, problems, type Logger } from '@switchboard/core';
+import { Problem, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
     try {
       await next();
       // Koa and the router answer some errors with an empty body (no route, a method the path
-      // lacks, a method nobody implements): those become problem documents too.
+      // lacks): those become problem documents too.
       if (ctx.status >= 400 && ctx.body == null) throw emptyAnswerProblem(ctx);
     } catch (err) {
       const problem = toProblem(err);
-      if (problem.status >= 500) log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
+      // A fault we did not expect is logged with its stack. A 5xx we answer on purpose says
+      // what happened in its code: a dependency not ready or too slow (503, 504) is a warning.
+      if (!(err instanceof Problem)) log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
+      else if (problem.status >= 500) {
+        const fields = { path: ctx.path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
+        if (problem.status === 503 || problem.status === 504) log.warn(fields, 'request could not be served now');
+        else log.error(fields, 'request failed');
+      }
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       ctx.body = JSON.stringify(problem.toJSON());
@@ -24,8 +31,10 @@ export function problemResponder(log: Logger) {
 
 function emptyAnswerProblem(ctx: Context): Problem {
   if (ctx.status === 404) return new Problem(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
-  if (ctx.status === 405) return new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
-  if (ctx.status === 501) return problems.notImplemented(`The ${ctx.method} method`);
+  // The router answers 501 for a method no route has (TRACE, PROPFIND): that is the client's
+  // request, not a fault of the server, so it is a 405 like any other method the path lacks (the
+  // router's Allow header stays).
+  if (ctx.status === 405 || ctx.status === 501) return new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
   const reason = STATUS_CODES[ctx.status] ?? 'Error';
   return new Problem(ctx.status, reason.toLowerCase().replace(/\W+/g, '_'), `${reason}.`);
 }

@@ -3,13 +3,13 @@
 // the probes, which reveal nothing and must answer whatever page asks.
 import type { Context, Next } from 'koa';
 import { problems } from '@switchboard/core';
-import { PROBE_PATHS } from './probe-paths.ts';
+import { isProbePath } from './probe-paths.ts';
 
 export function originGuard(publicBaseUrl: string, allowedOrigins: string[]) {
   const allowed = new Set([new URL(publicBaseUrl).origin, ...allowedOrigins]);
   return async function checkOrigin(ctx: Context, next: Next): Promise<void> {
     const origin = ctx.get('origin');
-    if (!origin || PROBE_PATHS.has(ctx.path)) return next();
+    if (!origin || isProbePath(ctx.path)) return next();
     if (!allowed.has(origin)) throw problems.forbidden(`Origin ${origin} is not allowed; add it to ALLOWED_ORIGINS.`);
     ctx.set('Access-Control-Allow-Origin', origin);
     ctx.set('Vary', 'Origin');

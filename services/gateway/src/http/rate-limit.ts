@@ -5,7 +5,7 @@
 import { isIPv6 } from 'node:net';
 import type { Context, Next } from 'koa';
 import { Problem } from '@switchboard/core';
-import { PROBE_PATHS } from './probe-paths.ts';
+import { isProbePath } from './probe-paths.ts';
 
 const WINDOW_MS = 60_000;
 
@@ -53,7 +53,7 @@ export function rateLimiter(opts: { limit: number; trustProxy: boolean; now?: ()
   let lastSweep = now();
 
   return async function limitRate(ctx: Context, next: Next): Promise<void> {
-    if (PROBE_PATHS.has(ctx.path)) return next();
+    if (isProbePath(ctx.path)) return next();
     const t = now();
     if (t - lastSweep > WINDOW_MS) {
       for (const [ip, w] of windows) if (w.idleSince(t)) windows.delete(ip);

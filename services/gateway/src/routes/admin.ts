@@ -4,16 +4,24 @@ import { mediaStats, problems } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { API_VERSION } from '../openapi.ts';
-import { StatsQuery } from '../schemas.ts';
+import { DATE_TIME, StatsQuery } from '../schemas.ts';
 
 const DAY_MS = 86_400_000;
 
+/** The UTC date of a date, or of a date and time (UTC without an offset). */
 function parseDay(value: string | undefined, field: string): Date | undefined {
   if (value === undefined) return undefined;
-  const d = new Date(`${value.slice(0, 10)}T00:00:00Z`);
-  if (Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== value.slice(0, 10)) {
-    throw problems.validation([{ path: field, message: 'must be a valid date such as 2026-01-31' }]);
-  }
+  const invalid = () => problems.validation([{ path: field, message: 'must be a valid date such as 2026-01-31, or a date and time such as 2026-01-31T18:00:00-03:00' }]);
+  const g = DATE_TIME.exec(value)?.groups;
+  if (!g) throw invalid();
+  const midnight = new Date(`${g.date}T00:00:00Z`);
+  // The round trip refuses 2026-02-30, which Date would roll over into March.
+  if (Number.isNaN(midnight.getTime()) || midnight.toISOString().slice(0, 10) !== g.date) throw invalid();
+  const [h, m, sec, oh, om] = [g.h, g.m, g.s, g.oh, g.om].map((v) => Number(v ?? 0));
+  if (h > 23 || m > 59 || sec > 59 || oh > 23 || om > 59) throw invalid();
+  const offsetMinutes = (g.sign === '-' ? -1 : 1) * (oh * 60 + om);
+  const instant = midnight.getTime() + ((h * 60 + m - offsetMinutes) * 60 + sec) * 1000;
+  const d = new Date(Math.floor(instant / DAY_MS) * DAY_MS);
   // Years 1–9998: the day after `to` must still be a date PostgreSQL takes (0000 and 10000 are not).
   const year = d.getUTCFullYear();
   if (year < 1 || year > 9998) throw problems.validation([{ path: field, message: 'must be a date between 0001-01-01 and 9998-12-31' }]);
@@ -26,7 +34,7 @@ export const adminRoutes = [
     path: '/api/stats',
     auth: 'admin',
     tag: 'admin',
-    summary: 'Message counts by UTC date, direction and type (inclusive from/to dates)',
+    summary: 'Message counts by UTC date, direction and type (inclusive from/to dates; a date and time counts on its UTC date)',
     query: StatsQuery,
     responses: {
       200: z.object({ from: z.string(), to: z.string(), rows: z.array(z.object({ date: z.string(), direction: z.enum(['outbound', 'inbound']), type: z.string(), count: z.number() })) }),

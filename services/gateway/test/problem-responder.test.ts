@@ -1,0 +1,59 @@
+// problemResponder: every error becomes a problem document; only the log sees what went wrong.
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import Koa from 'koa';
+import { createLogger, Problem } from '@switchboard/core';
+import { problemResponder } from '../src/http/errors.ts';
+import { listen } from '../src/listen.ts';
+
+describe('problemResponder', () => {
+  const lines: { level: number; msg: string; err?: { stack?: string }; problem?: string }[] = [];
+  let server: Awaited<ReturnType<typeof listen>>;
+
+  before(async () => {
+    const log = createLogger({ level: 'info', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) }) });
+    const app = new Koa();
+    app.silent = true;
+    app.use(problemResponder(log));
+    app.use((ctx) => {
+      if (ctx.path === '/bug') throw new Error('connection to postgres://user:pw@db failed');
+      if (ctx.path === '/not-ready') throw new Problem(503, 'not_ready', 'Not ready: the database did not answer.');
+      if (ctx.path === '/integrity') throw new Problem(500, 'media_integrity_failed', 'The stored file failed its integrity check.');
+      if (ctx.path === '/bad') throw new Problem(400, 'validation_failed', 'The request is not valid.');
+      ctx.status = 404;
+    });
+    server = await listen(app, 0, '127.0.0.1');
+  });
+  after(() => server.close());
+  beforeEach(() => (lines.length = 0));
+
+  const get = async (path: string) => {
+    const res = await fetch(`http://127.0.0.1:${server.port}${path}`);
+    return { status: res.status, type: res.headers.get('content-type'), body: await res.json() };
+  };
+
+  it('answers an unexpected error with a generic 500 and logs it with its stack', async () => {
+    const res = await get('/bug');
+    assert.equal(res.status, 500);
+    assert.equal(res.type, 'application/problem+json');
+    assert.equal(res.body.code, 'internal_error');
+    assert.doesNotMatch(JSON.stringify(res.body), /postgres|pw@|at /, 'nothing of the error reaches the client');
+    assert.equal(lines.length, 1);
+    assert.equal(lines[0].level, 50);
+    assert.match(lines[0].err?.stack ?? '', /connection to postgres/);
+  });
+
+  it('logs a 5xx answered on purpose by its code, without a stack; a dependency not ready is a warning', async () => {
+    assert.equal((await get('/not-ready')).status, 503);
+    assert.equal((await get('/integrity')).status, 500);
+    assert.deepEqual(lines.map((l) => [l.level, l.problem, l.err]), [[40, 'not_ready', undefined], [50, 'media_integrity_failed', undefined]]);
+  });
+
+  it('does not log what the client got wrong', async () => {
+    assert.equal((await get('/bad')).status, 400);
+    const notFound = await get('/nothing-here');
+    assert.equal(notFound.status, 404);
+    assert.equal(notFound.body.code, 'not_found');
+    assert.equal(lines.length, 0);
+  });
+});
