@@ -1,6 +1,7 @@
 // The send pipeline end to end over HTTP, on the sandbox network: embedded (PGlite + in-process
 // bus) and the same process on PostgreSQL + NATS.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { startTestServer, type TestServer } from '../support/server.ts';
 import { eventually } from '../support/http.ts';
 import { NATS_URL, testNamespace } from '../support/services.ts';
@@ -210,6 +211,10 @@ for (const mode of modes) {
       const tooBig = await send({ phone: '5511988887777', type: 'document', base64: over.toString('base64'), mimetype: 'application/octet-stream' });
       assert.equal(tooBig.status, 413);
       assert.match(tooBig.headers.get('content-type') ?? '', /problem\+json/);
+      // 32 MiB of random bytes from an encoder that escapes "/" (PHP's json_encode does).
+      const base64 = randomBytes(32 * 1024 * 1024).toString('base64').replace(/\//g, '\\/');
+      const escaped = await t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, `{"phone":"5511988887777","type":"document","mimetype":"application/octet-stream","base64":"${base64}"}`);
+      assert.equal(escaped.status, 202, JSON.stringify(escaped.body));
     });
 
     it('records inbound text, group, LID, media and own messages', async () => {

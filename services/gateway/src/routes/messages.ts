@@ -6,8 +6,11 @@ import { sendItemRecord } from '../records.ts';
 import { acceptSend } from '../sending/accept.ts';
 import { loadInstance } from './common.ts';
 
-/** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread. */
-export const SEND_BODY_LIMIT = Math.ceil((32 * 1024 * 1024) / 3) * 4 + 256 * 1024;
+/** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread.
+ *  Base64 escaped as some JSON encoders write it (PHP's json_encode writes "/" as "\/", one
+ *  character in 64 of random data) gets a sixteenth more: the exact 32 MiB check follows parsing. */
+const BASE64_OF_32_MIB = Math.ceil((32 * 1024 * 1024) / 3) * 4;
+export const SEND_BODY_LIMIT = BASE64_OF_32_MIB + Math.ceil(BASE64_OF_32_MIB / 16) + 256 * 1024;
 
 export const messageRoutes = [
   route({
