@@ -6,7 +6,6 @@ import { RESOURCE_ID, SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestinati
 /** 2–70 characters with at least one visible one: a name of blanks names nothing. */
 export const NAME = z.string().min(2).max(70).refine((s) => /[^\s\u200b-\u200d\u2060\ufeff]/.test(s), 'must contain a visible character');
 const ID = z.string().min(1).max(64);
-/** A date, or a date and time (only its date counts): 2026-01-31, 2026-01-31T12:00:00Z. */
 /** A date, or a date and time with an optional offset; routes/admin.ts reads its parts. */
 export const DATE_TIME = /^(?<date>\d{4}-\d{2}-\d{2})(?:T(?<h>\d{2}):(?<m>\d{2})(?::(?<s>\d{2})(?:\.\d{1,9})?)?(?:Z|(?<sign>[+-])(?<oh>\d{2}):?(?<om>\d{2}))?)?$/;
 const DAY = z.string().regex(DATE_TIME, 'must be a date such as 2026-01-31');
