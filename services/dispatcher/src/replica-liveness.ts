@@ -33,6 +33,10 @@ export function livenessOptions(heartbeatMs?: number, goneAfterMs?: number): Rep
   return { heartbeatMs: heartbeatMs ?? DEFAULT_REPLICA_LIVENESS.heartbeatMs, goneAfterMs: goneAfterMs ?? DEFAULT_REPLICA_LIVENESS.goneAfterMs };
 }
 
+/** A stamp as exact text whatever the session's TimeZone and DateStyle: microseconds since 1970
+ *  (extract returns numeric, so nothing is rounded). */
+const STAMP = `(extract(epoch FROM seen_at) * 1000000)::bigint::text`;
+
 export interface ReplicaLivenessDeps {
   db: Knex;
   log: Logger;
@@ -117,7 +121,7 @@ export class ReplicaLiveness {
   private async silentReplicas(): Promise<{ name: string; stamp: string }[]> {
     const rows: { name: string; stamp: string }[] = await this.deps.db('dispatcher_replicas')
       .whereNot({ name: this.deps.name })
-      .select('name', this.deps.db.raw('seen_at::text AS stamp'));
+      .select('name', this.deps.db.raw(`${STAMP} AS stamp`));
     const now = performance.now();
     for (const name of this.watched.keys()) if (!rows.some((r) => r.name === name)) this.watched.delete(name);
     return rows.filter(({ name, stamp }) => {
@@ -139,8 +143,11 @@ export class ReplicaLiveness {
         let count = 0;
         for (const { name, stamp } of silent) {
           // Only the stamp that was watched: a replica that stamped meanwhile is alive.
-          const deleted = await trx('dispatcher_replicas').where({ name }).where('seen_at', trx.raw('?::timestamptz', [stamp])).delete();
-          if (!deleted) continue;
+          const deleted = await trx('dispatcher_replicas').where({ name }).whereRaw(`${STAMP} = ?`, [stamp]).delete();
+          if (!deleted) {
+            this.deps.log.info({ replica: name }, 'dispatcher: a replica taken for silent stamped again (or was removed) meanwhile; left alone');
+            continue;
+          }
           gone.push(name);
           this.watched.delete(name);
           count += await releaseLeasesOf(trx, name);

@@ -3,18 +3,19 @@
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
 import { Writable } from 'node:stream';
-import { createLogger } from '@switchboard/core';
+import { createLogger, openDatabase } from '@switchboard/core';
 import { ReplicaLiveness } from '../src/replica-liveness.ts';
 import { claimDueDeliveries } from '../src/store.ts';
 import { createInstance, log, openTestDatabase, recordRoutedEvent, waitFor } from './support.ts';
 
 describe('dispatcher replica liveness (PostgreSQL)', () => {
   let db: Knex;
+  let url: string;
   let drop: () => Promise<void>;
   const running: ReplicaLiveness[] = [];
 
   beforeEach(async () => {
-    ({ db, drop } = await openTestDatabase());
+    ({ db, url, drop } = await openTestDatabase());
   });
   afterEach(async () => {
     for (const r of running.splice(0)) await r.stop();
@@ -83,12 +84,66 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
         await new Promise((r) => setTimeout(r, 50));
       }
     })();
-    await startReplica('replica-watcher', { heartbeatMs: 50, goneAfterMs: 300 });
-    await new Promise((r) => setTimeout(r, 1200));
+    await startReplica('replica-watcher', { heartbeatMs: 50, goneAfterMs: 800 });
+    await new Promise((r) => setTimeout(r, 2000));
     stamping = false;
     await stamper;
     assert.deepEqual(await leasedTo('replica-behind'), held, 'a replica still stamping keeps its lease');
     await waitFor('the lease handed back once the stamps stop', async () => (await leasedTo('replica-behind')).length === 0);
+  });
+
+  it('starts every watch again after its own heartbeats failed (nobody could stamp meanwhile)', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    await recordRoutedEvent(db, inst.id);
+    const held = await claimFor('replica-other', 1);
+    const restamp = () => db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-other', now())
+      on conflict (name) do update set seen_at = excluded.seen_at`);
+    await restamp();
+    // The watcher's view of the database, which the test can take away.
+    let down = false;
+    const refuse = () => {
+      if (down) throw new Error('the database is not reachable');
+    };
+    const flaky = new Proxy(db, {
+      apply: (target, self, args) => (refuse(), Reflect.apply(target, self, args)),
+      get: (target, prop, receiver) => (prop === 'raw' || prop === 'transaction' ? (...args: unknown[]) => (refuse(), (target as any)[prop](...args)) : Reflect.get(target, prop, receiver)),
+    });
+    const watcher = new ReplicaLiveness({ db: flaky, log, name: 'replica-watcher', onReleased: () => undefined }, { heartbeatMs: 50, goneAfterMs: 400 });
+    running.push(watcher);
+    await watcher.start();
+    await new Promise((r) => setTimeout(r, 200)); // the other replica's stamp is being watched
+    down = true; // an outage: neither replica can stamp
+    await new Promise((r) => setTimeout(r, 700));
+    down = false;
+    const seen = async () => (await db('dispatcher_replicas').where({ name: 'replica-watcher' }).first())?.seen_at as Date | undefined;
+    const before = await seen();
+    await waitFor('the watcher stamping again', async () => ((await seen())?.getTime() ?? 0) > (before?.getTime() ?? 0));
+    // The other replica comes back a little later, well within goneAfterMs of the watcher's return.
+    await new Promise((r) => setTimeout(r, 150));
+    await restamp();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(await leasedTo('replica-other'), held, 'a replica that stamps again after the outage keeps its lease');
+  });
+
+  it('reads stamps the same whatever the session\'s TimeZone and DateStyle', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    await recordRoutedEvent(db, inst.id);
+    await claimFor('replica-gone', 1);
+    await stamp('replica-gone', '1 hour');
+    // "IST" as printed for Asia/Kolkata reads back as Israel time: a stamp kept as text would never match.
+    await db.raw(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET timezone = 'Asia/Kolkata'`);
+    await db.raw(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET datestyle = 'SQL, DMY'`);
+    const other = openDatabase({ databaseUrl: url, dataDir: '/nonexistent' });
+    try {
+      const watcher = new ReplicaLiveness({ db: other, log, name: 'replica-watcher', onReleased: () => undefined }, { heartbeatMs: 50, goneAfterMs: 300 });
+      running.push(watcher);
+      await watcher.start();
+      await waitFor('the silent replica\'s lease handed back', async () => (await leasedTo('replica-gone')).length === 0);
+      running.splice(running.indexOf(watcher), 1);
+      await watcher.stop();
+    } finally {
+      await other.destroy();
+    }
   });
 
   it('records itself while it runs and leaves the table when stopped', async () => {

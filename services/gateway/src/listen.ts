@@ -35,6 +35,9 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
   });
 }
 
+/** Connections whose refused bytes are answered once the responses due before them are sent. */
+const answerPending = new WeakSet<Duplex>();
+
 /** A request Node's HTTP parser refused (oversized headers, a malformed request line) gets a
  *  problem document like every other error, instead of Node's bare status line. */
 function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): void {
@@ -42,12 +45,18 @@ function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): vo
     socket.destroy();
     return;
   }
+  if (answerPending.has(socket)) return; // the parser repeats its error for every later chunk
   const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (inFlight) {
     // Refused bytes after complete requests (pipelined): those requests were served, so their
     // answers go out first — a client must not take a send that was queued for one that failed.
     if (err.code?.startsWith('HPE_') && inFlight.req?.complete) {
-      inFlight.once('finish', () => answerUnparsableRequest(err, socket));
+      answerPending.add(socket);
+      delete (err as { rawPacket?: unknown }).rawPacket; // the refused bytes; nothing needs them
+      inFlight.once('finish', () => {
+        answerPending.delete(socket);
+        answerUnparsableRequest(err, socket);
+      });
       return;
     }
     // As Node itself does: never write into a response already under way on this connection.
@@ -71,6 +80,8 @@ function problemBody(status: number, code: string, detail: string): string {
 
 /** A whole response written straight to the socket, which is then closed. */
 function writeProblem(socket: Duplex, status: number, code: string, detail: string): void {
+  // A client that resets meanwhile must not crash the process (CONNECT sockets have no listener).
+  socket.on('error', () => socket.destroy());
   const body = problemBody(status, code, detail);
   const head = [`HTTP/1.1 ${status} ${STATUS_CODES[status]}`, 'Content-Type: application/problem+json', `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close'];
   socket.end(`${head.join('\r\n')}\r\n\r\n${body}`, () => socket.destroy());

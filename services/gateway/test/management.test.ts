@@ -122,8 +122,11 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assertProblem({ status: res.status, headers: res.headers, body: await res.json() }, 400, code);
       };
       const latin1 = Buffer.from('{"name":"Caf\xe9 latin1"}', 'latin1');
-      await raw({ 'content-type': 'application/json; charset=iso-8859-1' }, latin1, 'unsupported_charset');
+      await raw({ 'content-type': 'application/json; charset=iso-8859-1' }, latin1, 'invalid_json');
       await raw({}, latin1, 'invalid_json');
+      // A charset parameter changes nothing (RFC 8259 §11): ASCII JSON labelled latin-1 is JSON.
+      const labelled = await fetch(`${t.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${t.adminKey}`, 'content-type': 'application/json; charset=iso-8859-1' }, body: '{"name":"Labelled Latin-1"}' });
+      assert.equal(labelled.status, 201);
       await raw({ 'content-encoding': 'gzip' }, gzipSync('{"name":"Compressed"}'), 'unsupported_content_encoding');
       await raw({ 'content-encoding': 'gzip' }, Buffer.from('{"name":"Said compressed"}'), 'unsupported_content_encoding');
       const names = ((await t.admin.get('/api/projects')).body.data as { name: string }[]).map((p) => p.name);
@@ -420,7 +423,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         // A time counts on its UTC date; a time that does not exist is refused.
         const local = (await t.admin.get(`/api/stats?from=${encodeURIComponent('2020-01-01T22:30-03:00')}&to=${encodeURIComponent('2020-01-31T08:00+09:00')}`)).body;
         assert.deepEqual([local.from, local.to], ['2020-01-02', '2020-01-30']);
-        for (const bad of ['2026-01-01T25:00', '2026-11-25T23:99:99Z', '2026-01-01T10:00+24:00', '2026-02-30T10:00Z']) {
+        const edges = (await t.admin.get('/api/stats?from=2016-12-31T23:59:60Z&to=2020-01-31T24:00')).body;
+        assert.deepEqual([edges.from, edges.to], ['2016-12-31', '2020-02-01'], 'a leap second, and 24:00 as the end of the day');
+        for (const bad of ['2026-01-01T25:00', '2026-11-25T23:99:99Z', '2026-01-01T10:00+24:00', '2026-02-30T10:00Z', '2026-01-01T24:01', '2026-01-01T10:00:61Z']) {
           assertProblem(await t.admin.get(`/api/stats?from=${encodeURIComponent(bad)}`), 400, 'validation_failed');
         }
         assertProblem(await t.admin.get('/api/stats?from=2020-03-01&to=2020-01-01'), 400);

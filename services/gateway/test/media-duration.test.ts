@@ -46,5 +46,7 @@ describe('media durations (mediaSeconds)', function () {
     assert.equal(durationSeconds('  Duration: 01:02:03.60, start: 0.000000, bitrate: 63 kb/s'), 3724);
     assert.equal(durationSeconds('  Duration: N/A, bitrate: N/A'), undefined);
     assert.equal(durationSeconds('  Duration: 00:00:00.00, bitrate: N/A'), undefined);
+    // A tag of the file is printed before; only ffmpeg's own line counts.
+    assert.equal(durationSeconds('  Metadata:\n    comment         : Duration: 99:00:00.00\n  Duration: 00:00:05.00, start: 0'), 5);
   });
 });

@@ -20,6 +20,7 @@ describe('problemResponder', () => {
       if (ctx.path === '/not-ready') throw new Problem(503, 'not_ready', 'Not ready: the database did not answer.');
       if (ctx.path === '/integrity') throw new Problem(500, 'media_integrity_failed', 'The stored file failed its integrity check.');
       if (ctx.path === '/bad') throw new Problem(400, 'validation_failed', 'The request is not valid.');
+      if (ctx.path === '/bad-from-koa') throw Object.assign(new Error('Invalid JSON'), { status: 400, expose: true }); // as http-errors raises them
       ctx.status = 404;
     });
     server = await listen(app, 0, '127.0.0.1');
@@ -51,6 +52,7 @@ describe('problemResponder', () => {
 
   it('does not log what the client got wrong', async () => {
     assert.equal((await get('/bad')).status, 400);
+    assert.equal((await get('/bad-from-koa')).status, 400);
     const notFound = await get('/nothing-here');
     assert.equal(notFound.status, 404);
     assert.equal(notFound.body.code, 'not_found');

@@ -13,20 +13,17 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
   if (!declaresJson(ctx.get('content-type'))) {
     throw problems.badRequest('unsupported_content_type', 'JSON request bodies must be sent with Content-Type: application/json.');
   }
-  // Read as it came, a compressed body would only fail as JSON; one in another charset would be
-  // stored with its letters replaced.
+  // Read as it came, a compressed body would only fail as JSON.
   if (!['', 'identity'].includes(ctx.get('content-encoding').trim().toLowerCase())) {
     throw problems.badRequest('unsupported_content_encoding', 'Request bodies must not be compressed: send them without Content-Encoding.');
   }
-  const charset = declaredCharset(ctx.get('content-type'));
-  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
-    throw problems.badRequest('unsupported_charset', 'JSON request bodies must be UTF-8 (charset=utf-8, or no charset).');
-  }
+  // JSON is UTF-8 (RFC 8259 §8.1; a charset parameter has no effect, §11): bytes that are not
+  // are refused rather than stored with their letters replaced.
   let text: string;
   try {
     text = strictUtf8.decode(raw);
   } catch {
-    throw problems.badRequest('invalid_json', 'The request body is not valid UTF-8.');
+    throw problems.badRequest('invalid_json', 'The request body is not valid UTF-8 (JSON is always UTF-8, whatever charset is declared).');
   }
   try {
     return JSON.parse(text);
@@ -36,11 +33,6 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
 }
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-
-function declaredCharset(contentType: string): string | undefined {
-  const param = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(contentType);
-  return param?.[1].toLowerCase();
-}
 
 /** The spec's bodies are JSON: application/json or a +json type; a body without a declared type is read as JSON. */
 function declaresJson(contentType: string): boolean {

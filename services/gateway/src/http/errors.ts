@@ -13,20 +13,24 @@ export function problemResponder(log: Logger) {
       if (ctx.status >= 400 && ctx.body == null) throw emptyAnswerProblem(ctx);
     } catch (err) {
       const problem = toProblem(err);
-      // A fault we did not expect is logged with its stack. A 5xx we answer on purpose says
-      // what happened in its code: a dependency not ready or too slow (503, 504) is a warning.
-      if (!(err instanceof Problem)) log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
-      else if (problem.status >= 500) {
-        const fields = { path: ctx.path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
-        if (problem.status === 503 || problem.status === 504) log.warn(fields, 'request could not be served now');
-        else log.error(fields, 'request failed');
-      }
+      logServerSide(log, ctx, err, problem);
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       ctx.body = JSON.stringify(problem.toJSON());
       for (const [k, v] of Object.entries(problem.headers)) ctx.set(k, v);
     }
   };
+}
+
+/** A 4xx is the client's fault and its answer says it all. A fault we did not expect is logged
+ *  with its stack; a 5xx we answer on purpose says what happened in its code, and a dependency
+ *  not ready or too slow (503, 504) is a warning. */
+function logServerSide(log: Logger, ctx: Context, err: unknown, problem: Problem): void {
+  if (problem.status < 500) return;
+  if (!(err instanceof Problem)) return log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
+  const fields = { path: ctx.path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
+  if (problem.status === 503 || problem.status === 504) log.warn(fields, 'request could not be served now');
+  else log.error(fields, 'request failed');
 }
 
 function emptyAnswerProblem(ctx: Context): Problem {

@@ -1,7 +1,7 @@
 // The playing time of an audio or video file a client sends, so the recipient sees it before
 // downloading (WhatsApp shows the `seconds` of the message) and our records carry it. Best
 // effort: a file ffmpeg cannot read still goes out, without a duration, as it did before.
-import { resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
+import { INPUT_FILE_ONLY, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 // Generous: the input's metadata tags are printed before its duration.
@@ -14,7 +14,7 @@ export async function mediaSeconds(bytes: Uint8Array, opts: FfmpegOptions = {}):
     const ffmpeg = opts.ffmpegPath ?? (await resolveFfmpegPath());
     // Without an output ffmpeg only describes its input (and exits with 1, which is expected).
     const run = await withInputFile(bytes, (input) =>
-      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', '-i', input], opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, PROBE_OUTPUT_LIMIT),
+      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', ...INPUT_FILE_ONLY, '-i', input], opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, PROBE_OUTPUT_LIMIT),
     );
     return run.timedOut ? undefined : durationSeconds(run.stderr);
   } catch {
@@ -24,7 +24,8 @@ export async function mediaSeconds(bytes: Uint8Array, opts: FfmpegOptions = {}):
 
 /** The `Duration: HH:MM:SS.ss` of ffmpeg's description of its input, in whole seconds. */
 export function durationSeconds(ffmpegOutput: string): number | undefined {
-  const m = /Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)/.exec(ffmpegOutput);
+  // Anchored to ffmpeg's own line, so a metadata tag of the file cannot supply it.
+  const m = /^ {2}Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)/m.exec(ffmpegOutput);
   if (!m) return undefined;
   const seconds = Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
   return seconds > 0 ? Math.max(1, Math.round(seconds)) : undefined;

@@ -7,6 +7,11 @@ import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 
+/** Input options: the file may open nothing but files. A client's file can be a playlist that
+ *  names URLs; the ffmpeg builds we ship refuse to follow them from a file, and this keeps it so
+ *  whatever binary is installed (no requests from inside the cluster on a client's behalf). */
+export const INPUT_FILE_ONLY = ['-protocol_whitelist', 'file'];
+
 export interface FfmpegOptions {
   /** ffmpeg is killed after this long. */
   timeoutMs?: number;

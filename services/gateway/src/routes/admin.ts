@@ -17,10 +17,12 @@ function parseDay(value: string | undefined, field: string): Date | undefined {
   const midnight = new Date(`${g.date}T00:00:00Z`);
   // The round trip refuses 2026-02-30, which Date would roll over into March.
   if (Number.isNaN(midnight.getTime()) || midnight.toISOString().slice(0, 10) !== g.date) throw invalid();
-  const [h, m, sec, oh, om] = [g.h, g.m, g.s, g.oh, g.om].map((v) => Number(v ?? 0));
-  if (h > 23 || m > 59 || sec > 59 || oh > 23 || om > 59) throw invalid();
+  const [h, m, s, oh, om] = [g.h, g.m, g.s, g.oh, g.om].map((v) => Number(v ?? 0));
+  // ISO 8601's 24:00 is the end of the day; a leap second (:60) counts as the second before it.
+  const endOfDay = h === 24 && m === 0 && s === 0;
+  if ((h > 23 && !endOfDay) || m > 59 || s > 60 || oh > 23 || om > 59) throw invalid();
   const offsetMinutes = (g.sign === '-' ? -1 : 1) * (oh * 60 + om);
-  const instant = midnight.getTime() + ((h * 60 + m - offsetMinutes) * 60 + sec) * 1000;
+  const instant = midnight.getTime() + ((h * 60 + m - offsetMinutes) * 60 + Math.min(s, 59)) * 1000;
   const d = new Date(Math.floor(instant / DAY_MS) * DAY_MS);
   // Years 1–9998: the day after `to` must still be a date PostgreSQL takes (0000 and 10000 are not).
   const year = d.getUTCFullYear();

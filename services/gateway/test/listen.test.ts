@@ -1,0 +1,60 @@
+// listen(): what Node's HTTP server answers before the app sees a request (raw sockets).
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import Koa from 'koa';
+import { listen } from '../src/listen.ts';
+
+describe('listen', () => {
+  let server: Awaited<ReturnType<typeof listen>>;
+
+  before(async () => {
+    const app = new Koa();
+    app.use(async (ctx) => {
+      if (ctx.path === '/slow') await new Promise((r) => setTimeout(r, 300));
+      ctx.body = { path: ctx.path };
+    });
+    server = await listen(app, 0, '127.0.0.1');
+  });
+  after(() => server.close());
+
+  /** Writes `chunks` with `gapMs` between them; resolves with everything read until the server closes. */
+  const exchange = (chunks: string[], gapMs = 0) =>
+    new Promise<string>((resolve, reject) => {
+      const socket = connect(server.port, '127.0.0.1', async () => {
+        for (const chunk of chunks) {
+          if (socket.destroyed) break;
+          socket.write(chunk);
+          await new Promise((r) => setTimeout(r, gapMs));
+        }
+      });
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('utf8')));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', reject);
+    });
+  const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+
+  it('answers a slow pipelined request, then refuses the bytes after it once, however many chunks they come in', async () => {
+    const chunks = ['GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGARBAGE', ...Array.from({ length: 12 }, () => 'MORE GARBAGE\r\n')];
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    const answer = await exchange(chunks, 20).finally(() => process.off('warning', onWarning));
+    assert.deepEqual(statuses(answer), [200, 400], answer);
+    assert.deepEqual(warnings, [], 'one wait for the slow answer, not one per chunk');
+    assert.match(answer, /"path":"\/slow"/);
+  });
+
+  it('survives a client that resets right after CONNECT', async () => {
+    for (let i = 0; i < 20; i++) {
+      await new Promise<void>((resolve) => {
+        const socket = connect(server.port, '127.0.0.1', () => {
+          socket.write('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n', () => socket.resetAndDestroy());
+        });
+        socket.on('close', () => resolve());
+        socket.on('error', () => undefined);
+      });
+    }
+    assert.deepEqual(statuses(await exchange(['GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'])), [200]);
+  });
+});
