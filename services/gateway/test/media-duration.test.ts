@@ -1,13 +1,13 @@
-// mediaSeconds against real ffmpeg: the playing time of audio and video sends.
+// mediaSeconds against real ffmpeg: the playing time of audio and video sends; ffmpeg's slots.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { makeWav, mediaFixtures } from '../../../test/fixtures/media/index.ts';
 import { durationSeconds, mediaSeconds } from '../src/media/duration.ts';
-import { resolveFfmpegPath } from '../src/media/ffmpeg.ts';
+import { FfmpegSlots, resolveFfmpegPath } from '../src/media/ffmpeg.ts';
 
 const run = promisify(execFile);
 
@@ -48,5 +48,33 @@ describe('media durations (mediaSeconds)', function () {
     assert.equal(durationSeconds('  Duration: 00:00:00.00, bitrate: N/A'), undefined);
     // A tag of the file is printed before; only ffmpeg's own line counts.
     assert.equal(durationSeconds('  Metadata:\n    comment         : Duration: 99:00:00.00\n  Duration: 00:00:05.00, start: 0'), 5);
+  });
+});
+
+describe('ffmpeg slots', function () {
+  this.timeout(30_000);
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sb-slots-test-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('runs at most `limit` ffmpeg processes at once; the rest wait their turn', async () => {
+    // A stand-in ffmpeg that notes when it starts and ends.
+    const log = join(dir, 'runs.log');
+    const fake = join(dir, 'ffmpeg');
+    await writeFile(fake, `#!/bin/sh\necho start >> '${log}'\nsleep 0.2\necho end >> '${log}'\necho '  Duration: 00:00:02.00' >&2\nexit 1\n`, { mode: 0o755 });
+    const slots = new FfmpegSlots(2);
+    const results = await Promise.all(Array.from({ length: 5 }, () => mediaSeconds(makeWav(1, 8000, 1), { ffmpegPath: fake, slots })));
+    assert.deepEqual(results, [2, 2, 2, 2, 2]);
+    let running = 0;
+    let most = 0;
+    for (const line of (await readFile(log, 'utf8')).trim().split('\n')) {
+      running += line === 'start' ? 1 : -1;
+      most = Math.max(most, running);
+    }
+    assert.equal(most, 2);
   });
 });

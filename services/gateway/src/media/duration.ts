@@ -14,7 +14,7 @@ export async function mediaSeconds(bytes: Uint8Array, opts: FfmpegOptions = {}):
     const ffmpeg = opts.ffmpegPath ?? (await resolveFfmpegPath());
     // Without an output ffmpeg only describes its input (and exits with 1, which is expected).
     const run = await withInputFile(bytes, (input) =>
-      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', ...INPUT_FILE_ONLY, '-i', input], opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, PROBE_OUTPUT_LIMIT),
+      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', ...INPUT_FILE_ONLY, '-i', input], { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, stderrLimit: PROBE_OUTPUT_LIMIT, slots: opts.slots }),
     );
     return run.timedOut ? undefined : durationSeconds(run.stderr);
   } catch {

@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { constants } from 'node:fs';
 import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 
 /** Input options: the file may open nothing but files. A client's file can be a playlist that
@@ -12,9 +12,35 @@ import { delimiter, join } from 'node:path';
  *  whatever binary is installed (no requests from inside the cluster on a client's behalf). */
 export const INPUT_FILE_ONLY = ['-protocol_whitelist', 'file'];
 
+/** At most `limit` ffmpeg processes at once; the rest wait their turn. A burst of voice notes
+ *  would otherwise start one CPU-bound conversion per request and starve the event loop's host. */
+export class FfmpegSlots {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  async use<T>(work: () => Promise<T>): Promise<T> {
+    if (this.running >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.running++;
+    try {
+      return await work();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next(); // the slot passes straight to the next in line
+      else this.running--;
+    }
+  }
+}
+
+/** The gateway process's slots: one ffmpeg per core. */
+const processSlots = new FfmpegSlots(availableParallelism());
+
 export interface FfmpegOptions {
-  /** ffmpeg is killed after this long. */
+  /** ffmpeg is killed after this long (waiting for a slot does not count). */
   timeoutMs?: number;
+  /** Where ffmpeg runs take turns; default: the process's, one per core. */
+  slots?: FfmpegSlots;
   /** A specific ffmpeg binary; default: `ffmpeg` on PATH, else the one from @ffmpeg-installer. */
   ffmpegPath?: string;
 }
@@ -40,10 +66,14 @@ export async function withInputFile<T>(bytes: Uint8Array, use: (input: string, d
   }
 }
 
-/** Runs ffmpeg to its end or its time limit, keeping the first `stderrLimit` characters of its
- *  diagnostics. Rejects only when ffmpeg cannot be started at all, which is the server's fault,
- *  not the file's. */
-export function runFfmpeg(ffmpeg: string, args: string[], timeoutMs: number, stderrLimit = 4000): Promise<FfmpegRun> {
+/** Runs ffmpeg, once a slot is free, to its end or its time limit, keeping the first
+ *  `stderrLimit` characters of its diagnostics. Rejects only when ffmpeg cannot be started at
+ *  all, which is the server's fault, not the file's. */
+export function runFfmpeg(ffmpeg: string, args: string[], run: { timeoutMs: number; stderrLimit?: number; slots?: FfmpegSlots }): Promise<FfmpegRun> {
+  return (run.slots ?? processSlots).use(() => spawnFfmpeg(ffmpeg, args, run.timeoutMs, run.stderrLimit ?? 4000));
+}
+
+function spawnFfmpeg(ffmpeg: string, args: string[], timeoutMs: number, stderrLimit: number): Promise<FfmpegRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(ffmpeg, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';

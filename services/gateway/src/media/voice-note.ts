@@ -20,7 +20,7 @@ export async function convertToVoiceNote(bytes: Uint8Array, opts: VoiceNoteOptio
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const ogg = await withInputFile(bytes, async (input, dir) => {
     const output = join(dir, 'voice.ogg');
-    const run = await runFfmpeg(ffmpeg, opusArguments(input, output), timeoutMs);
+    const run = await runFfmpeg(ffmpeg, opusArguments(input, output), { timeoutMs, slots: opts.slots });
     if (run.timedOut) throw conversionFailed(`the conversion took longer than ${Math.round(timeoutMs / 1000)} s`, run.stderr);
     if (run.code !== 0) throw conversionFailed('the file could not be decoded as audio', run.stderr);
     return readFile(output);
