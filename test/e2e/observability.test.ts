@@ -143,7 +143,7 @@ describe('observability (embedded)', function () {
     }
   });
 
-  it('never writes a secret used in the scenario to the logs', async () => {
+  it('never writes a secret used in the scenario to the logs, the spans or an error body', async () => {
     const instance = await connectedInstance(admin, receiver, 'secrets-embedded');
     const app = await admin.post(`/api/instances/${instance.instanceId}/apps`, { name: 'backend' });
     assert.equal(app.status, 201, app.text);
@@ -176,7 +176,18 @@ describe('observability (embedded)', function () {
     // Requests that fail also log; a wrong token must not be echoed either.
     const wrongToken = `${instance.apiToken.slice(0, -4)}zzzz`;
     assert.equal((await new ApiClient(server.url, wrongToken).get(`/api/instances/${instance.instanceId}/messages`)).status, 401);
-    await new Promise((r) => setTimeout(r, 100)); // let the last lines flush
+    // Credentials put where they do not belong (a path) are not repeated by spans or error bodies.
+    for (const misplaced of [`/api/instances/${instance.apiToken}`, `/api/${server.adminKey}`, `/api/instances/${instance.instanceId}/messages/${appKey}`]) {
+      const res = await admin.get(misplaced);
+      assert.equal(res.status, 404, misplaced);
+      assert.match(res.body.detail, /_\[redacted\]/, 'the detail still says what was asked for');
+      for (const secret of [instance.apiToken, server.adminKey, appKey]) assert.ok(!res.text.includes(secret), `${misplaced}: a credential in the error body`);
+    }
+    await new Promise((r) => setTimeout(r, 100)); // let the last lines flush and the last spans end
+    // The server's spans: the test's own requests to it are traced in this process too.
+    const toGateway = (url: unknown) => typeof url === 'string' && new URL(url).port === new URL(server.url).port;
+    const serverSpans = exporter.getFinishedSpans().filter((s) => !toGateway(s.attributes['url.full']));
+    const spanText = JSON.stringify(serverSpans.map((s) => ({ name: s.name, attributes: s.attributes, events: s.events })));
 
     const secrets: Record<string, string> = {
       'admin key': server.adminKey,
@@ -199,6 +210,7 @@ describe('observability (embedded)', function () {
       assert.ok(secret && secret.length >= 6, `${what} is known`);
       const leaking = logLines.filter((l) => l.includes(secret));
       assert.deepEqual(leaking, [], `${what} appears in the logs`);
+      assert.ok(!spanText.includes(secret), `${what} appears in a span`);
     }
   });
 });

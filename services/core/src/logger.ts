@@ -36,14 +36,27 @@ export const REDACT_PATHS = [
   ...SECRET_FIELDS.map((f) => `*.*.${f}`),
 ];
 
-/** Patterns of secret values: instance tokens (sbi_), integration keys (sbk_), the admin key
- *  (sba_), webhook secrets (whsec_), media-link and webhook signatures, Bearer credentials. */
-const SECRET_PATTERNS: [RegExp, string][] = [
+/** Patterns of our own credentials: instance tokens (sbi_), integration keys (sbk_), the admin
+ *  key (sba_), webhook secrets (whsec_), media-link signatures. */
+const CREDENTIAL_PATTERNS: [RegExp, string][] = [
   [/\b(sb[aik]|whsec)_[A-Za-z0-9_-]{8,}/g, '$1_[redacted]'],
   [/([?&]signature=)[0-9a-fA-F]+/g, '$1[redacted]'],
+];
+
+/** ... and, in logs, webhook signatures and Bearer credentials of any shape. */
+const SECRET_PATTERNS: [RegExp, string][] = [
+  ...CREDENTIAL_PATTERNS,
   [/\bsha256=[0-9a-fA-F]{16,}/g, 'sha256=[redacted]'],
   [/\b(Bearer\s+)[^\s"\\]+/gi, '$1[redacted]'],
 ];
+
+/** Replaces our credentials in text a client sent that we repeat (a path in a span or in an
+ *  error's detail): a token put in the wrong place must not travel further. */
+export function scrubCredentials(text: string): string {
+  let out = text;
+  for (const [pattern, replacement] of CREDENTIAL_PATTERNS) out = out.replace(pattern, replacement);
+  return out;
+}
 
 /** Replaces every secret-shaped substring of a serialized log line. */
 export function scrubSecrets(line: string): string {

@@ -2,7 +2,7 @@
 // a generic detail: the stack trace goes to the log, never to the client.
 import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
-import { Problem, type Logger } from '@switchboard/core';
+import { Problem, scrubCredentials, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
@@ -16,7 +16,8 @@ export function problemResponder(log: Logger) {
       logServerSide(log, ctx, err, problem);
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
-      ctx.body = JSON.stringify(problem.toJSON());
+      // A detail may repeat what the client sent (a path, a field name): never a credential in it.
+      ctx.body = scrubCredentials(JSON.stringify(problem.toJSON()));
       for (const [k, v] of Object.entries(problem.headers)) ctx.set(k, v);
     }
   };

@@ -7,7 +7,7 @@
 // middleware reuses it instead of nesting a second one.
 import type { Context, Next } from 'koa';
 import { context, trace } from '@opentelemetry/api';
-import { contextFromHeaders, markFailed, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
+import { contextFromHeaders, markFailed, scrubCredentials, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
 
 /** Route label of requests that matched no route (bounded: never the raw path). */
 const UNMATCHED = 'unmatched';
@@ -16,7 +16,7 @@ export function observeRequests(metrics: Metrics, log: Logger) {
   return async (ctx: Context, next: Next): Promise<void> => {
     const started = process.hrtime.bigint();
     const existing = trace.getActiveSpan();
-    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': ctx.path } }, contextFromHeaders(ctx.headers));
+    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubCredentials(ctx.path) } }, contextFromHeaders(ctx.headers));
     try {
       await context.with(trace.setSpan(context.active(), span), next);
     } catch (err) {
