@@ -11,7 +11,7 @@ import { FfmpegSlots, resolveFfmpegPath } from '../src/media/ffmpeg.ts';
 
 const run = promisify(execFile);
 
-describe('media durations (mediaSeconds)', function () {
+describe('media durations (mediaSeconds) and ffmpeg slots', function () {
   this.timeout(30_000);
   let dir: string;
 
@@ -48,17 +48,6 @@ describe('media durations (mediaSeconds)', function () {
     assert.equal(durationSeconds('  Duration: 00:00:00.00, bitrate: N/A'), undefined);
     // A tag of the file is printed before; only ffmpeg's own line counts.
     assert.equal(durationSeconds('  Metadata:\n    comment         : Duration: 99:00:00.00\n  Duration: 00:00:05.00, start: 0'), 5);
-  });
-});
-
-describe('ffmpeg slots', function () {
-  this.timeout(30_000);
-  let dir: string;
-  before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sb-slots-test-'));
-  });
-  after(async () => {
-    await rm(dir, { recursive: true, force: true });
   });
 
   it('runs at most `limit` ffmpeg processes at once; the rest wait their turn', async () => {
