@@ -183,10 +183,14 @@ describe('observability (embedded)', function () {
       assert.match(res.body.detail, /_\[redacted\]/, 'the detail still says what was asked for');
       for (const secret of [instance.apiToken, server.adminKey, appKey]) assert.ok(!res.text.includes(secret), `${misplaced}: a credential in the error body`);
     }
-    await new Promise((r) => setTimeout(r, 100)); // let the last lines flush and the last spans end
-    // The server's spans: the test's own requests to it are traced in this process too.
+    // The server's spans: the test's own requests to it are traced in this process too. Read once
+    // the span of the last request above has ended.
     const toGateway = (url: unknown) => typeof url === 'string' && new URL(url).port === new URL(server.url).port;
-    const serverSpans = exporter.getFinishedSpans().filter((s) => !toGateway(s.attributes['url.full']));
+    const serverSpans = await eventually(async () => {
+      const spans = exporter.getFinishedSpans().filter((s) => !toGateway(s.attributes['url.full']));
+      return spans.some((s) => String(s.attributes['url.path']).endsWith('/messages/sbk_[redacted]')) && spans;
+    }, 5000, 'the span of the last misplaced credential');
+    await new Promise((r) => setTimeout(r, 100)); // let the last log lines flush
     const spanText = JSON.stringify(serverSpans.map((s) => ({ name: s.name, attributes: s.attributes, events: s.events })));
 
     const secrets: Record<string, string> = {

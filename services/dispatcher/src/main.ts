@@ -7,7 +7,7 @@
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
 import { ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
-import { livenessOptions } from './replica-liveness.ts';
+import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
 const TUNING: Record<string, keyof DispatcherOptions> = {
   DISPATCHER_POLL_INTERVAL_MS: 'pollIntervalMs',
@@ -28,8 +28,8 @@ function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {
     if (!/^\d+$/.test(raw) || Number(raw) < 1) problems.push(`${name}: must be a positive whole number (got "${raw}")`);
     else options[option] = Number(raw);
   }
-  const { heartbeatMs, goneAfterMs } = livenessOptions(options.replicaHeartbeatMs, options.replicaGoneAfterMs);
-  if (goneAfterMs < 2 * heartbeatMs) problems.push(`DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS (${heartbeatMs}), got ${goneAfterMs}`);
+  const liveness = livenessOptions(options.replicaHeartbeatMs, options.replicaGoneAfterMs);
+  if (silenceTooShort(liveness)) problems.push(`DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS (${liveness.heartbeatMs}), got ${liveness.goneAfterMs}`);
   if (problems.length) throw new ConfigError(problems);
   return options as DispatcherOptions;
 }

@@ -33,6 +33,11 @@ export function livenessOptions(heartbeatMs?: number, goneAfterMs?: number): Rep
   return { heartbeatMs: heartbeatMs ?? DEFAULT_REPLICA_LIVENESS.heartbeatMs, goneAfterMs: goneAfterMs ?? DEFAULT_REPLICA_LIVENESS.goneAfterMs };
 }
 
+/** A silence shorter than two heartbeats would take a replica whose one stamp was late for gone. */
+export function silenceTooShort(opts: ReplicaLivenessOptions): boolean {
+  return opts.goneAfterMs < 2 * opts.heartbeatMs;
+}
+
 /** A stamp as exact text whatever the session's TimeZone and DateStyle: microseconds since 1970
  *  (extract returns numeric, so nothing is rounded). */
 const STAMP = `(extract(epoch FROM seen_at) * 1000000)::bigint::text`;
@@ -61,7 +66,7 @@ export class ReplicaLiveness {
     private readonly deps: ReplicaLivenessDeps,
     private readonly opts: ReplicaLivenessOptions = DEFAULT_REPLICA_LIVENESS,
   ) {
-    if (opts.goneAfterMs < 2 * opts.heartbeatMs) throw new Error(`dispatcher: goneAfterMs (${opts.goneAfterMs}) must be at least twice heartbeatMs (${opts.heartbeatMs})`);
+    if (silenceTooShort(opts)) throw new Error(`dispatcher: goneAfterMs (${opts.goneAfterMs}) must be at least twice heartbeatMs (${opts.heartbeatMs})`);
   }
 
   async start(): Promise<void> {

@@ -108,12 +108,12 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
       apply: (target, self, args) => (refuse(), Reflect.apply(target, self, args)),
       get: (target, prop, receiver) => (prop === 'raw' || prop === 'transaction' ? (...args: unknown[]) => (refuse(), (target as any)[prop](...args)) : Reflect.get(target, prop, receiver)),
     });
-    const watcher = new ReplicaLiveness({ db: flaky, log, name: 'replica-watcher', onReleased: () => undefined }, { heartbeatMs: 50, goneAfterMs: 400 });
+    const watcher = new ReplicaLiveness({ db: flaky, log, name: 'replica-watcher', onReleased: () => undefined }, { heartbeatMs: 100, goneAfterMs: 1500 });
     running.push(watcher);
     await watcher.start();
     await new Promise((r) => setTimeout(r, 200)); // the other replica's stamp is being watched
-    down = true; // an outage: neither replica can stamp
-    await new Promise((r) => setTimeout(r, 700));
+    down = true; // an outage longer than goneAfterMs: neither replica can stamp
+    await new Promise((r) => setTimeout(r, 1800));
     down = false;
     const seen = async () => (await db('dispatcher_replicas').where({ name: 'replica-watcher' }).first())?.seen_at as Date | undefined;
     const before = await seen();

@@ -1,6 +1,7 @@
-// Everything a route may use, passed explicitly. The only module-level state is two caches that
-// cannot leak between apps: adminKeyHashes (http/auth.ts, a WeakMap keyed by these deps) and
-// qrImages (records.ts, QR text -> PNG, the same for every app; bounded).
+// Everything a route may use, passed explicitly. The only module-level state is what belongs to
+// the process, not to an app: adminKeyHashes (http/auth.ts, a WeakMap keyed by these deps),
+// qrImages (records.ts, QR text -> PNG, the same for every app; bounded), and ffmpeg's slots and
+// resolved binary (media/ffmpeg.ts: the cores and the PATH are the process's).
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
 import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';

@@ -6,19 +6,22 @@ import { listen } from '../src/listen.ts';
 
 describe('listen', () => {
   let server: Awaited<ReturnType<typeof listen>>;
+  /** /slow answers once the test lets it. */
+  let letSlowAnswer: () => void = () => undefined;
 
   before(async () => {
     const app = new Koa();
     app.use(async (ctx) => {
-      if (ctx.path === '/slow') await new Promise((r) => setTimeout(r, 300));
+      if (ctx.path === '/slow') await new Promise<void>((r) => (letSlowAnswer = r));
       ctx.body = { path: ctx.path };
     });
     server = await listen(app, 0, '127.0.0.1');
   });
   after(() => server.close());
 
-  /** Writes `chunks` with `gapMs` between them; resolves with everything read until the server closes. */
-  const exchange = (chunks: string[], gapMs = 0) =>
+  /** Writes `chunks` with `gapMs` between them, then calls `written`; resolves with everything read
+   *  until the server closes. */
+  const exchange = (chunks: string[], gapMs = 0, written: () => void = () => undefined) =>
     new Promise<string>((resolve, reject) => {
       const socket = connect(server.port, '127.0.0.1', async () => {
         for (const chunk of chunks) {
@@ -26,6 +29,7 @@ describe('listen', () => {
           socket.write(chunk);
           await new Promise((r) => setTimeout(r, gapMs));
         }
+        written();
       });
       let answer = '';
       socket.on('data', (d) => (answer += d.toString('utf8')));
@@ -39,7 +43,8 @@ describe('listen', () => {
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.name);
     process.on('warning', onWarning);
-    const answer = await exchange(chunks, 20).finally(() => process.off('warning', onWarning));
+    // The slow answer waits until every chunk is in: each one met the refusal while it was due.
+    const answer = await exchange(chunks, 20, () => letSlowAnswer()).finally(() => process.off('warning', onWarning));
     assert.deepEqual(statuses(answer), [200, 400], answer);
     assert.deepEqual(warnings, [], 'one wait for the slow answer, not one per chunk');
     assert.match(answer, /"path":"\/slow"/);

@@ -54,7 +54,7 @@ describe('media durations (mediaSeconds) and ffmpeg slots', function () {
     // A stand-in ffmpeg that notes when it starts and ends.
     const log = join(dir, 'runs.log');
     const fake = join(dir, 'ffmpeg');
-    await writeFile(fake, `#!/bin/sh\necho start >> '${log}'\nsleep 0.2\necho end >> '${log}'\necho '  Duration: 00:00:02.00' >&2\nexit 1\n`, { mode: 0o755 });
+    await writeFile(fake, `#!/bin/sh\necho start >> '${log}'\nsleep 1\necho end >> '${log}'\necho '  Duration: 00:00:02.00' >&2\nexit 1\n`, { mode: 0o755 });
     const slots = new FfmpegSlots(2);
     const results = await Promise.all(Array.from({ length: 5 }, () => mediaSeconds(makeWav(1, 8000, 1), { ffmpegPath: fake, slots })));
     assert.deepEqual(results, [2, 2, 2, 2, 2]);

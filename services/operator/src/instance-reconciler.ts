@@ -28,8 +28,7 @@ export interface InstanceReconcilerDeps {
   stuckPodAfterMs?: number;
 }
 
-/** `stuck`: terminating well past its grace period, i.e. its node stopped answering (see isStuck). */
-type PodState = 'absent' | 'terminating' | 'stuck' | 'running' | 'outdated';
+type PodState = 'absent' | 'terminating' | 'running' | 'outdated';
 
 export class InstanceReconciler {
   /** When this operator first saw each session pod terminating, on its own monotonic clock (the
@@ -67,7 +66,6 @@ export class InstanceReconciler {
     await this.ensureTokenSecret(instance);
 
     let pod = await this.podState(instance);
-    if (pod === 'stuck') pod = await this.removeStuckPod(instance);
     let waiting = false;
     if (resetPending(instance)) {
       if (pod !== 'absent') {
@@ -180,11 +178,12 @@ export class InstanceReconciler {
     }
   }
 
+  /** The session pod's state; a pod stuck terminating (see isStuck) is removed first. */
   private async podState(instance: Instance): Promise<PodState> {
     const pod = await this.readPod(instance);
     if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
     if (!pod) return 'absent';
-    if (pod.metadata?.deletionTimestamp) return this.isStuck(pod) ? 'stuck' : 'terminating';
+    if (pod.metadata?.deletionTimestamp) return this.isStuck(pod) ? this.removeStuckPod(instance, pod) : 'terminating';
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
     return finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted ? 'outdated' : 'running';
@@ -201,13 +200,12 @@ export class InstanceReconciler {
     return 'running';
   }
 
-  /** Deletes the pod judged stuck (its uid) without waiting for its kubelet, so the session can
-   *  start elsewhere. */
-  private async removeStuckPod(instance: Instance): Promise<PodState> {
-    const name = sessionPodName(instance.metadata.name);
-    const uid = this.terminatingSince.get(name)?.uid;
+  /** Deletes the pod judged stuck (that very pod: its uid) without waiting for its kubelet, so the
+   *  session can start elsewhere. */
+  private async removeStuckPod(instance: Instance, pod: V1Pod): Promise<'absent'> {
+    const name = pod.metadata!.name!;
     try {
-      await this.d.core.deleteNamespacedPod({ name, namespace: instance.metadata.namespace, gracePeriodSeconds: 0, body: { preconditions: { uid } } });
+      await this.d.core.deleteNamespacedPod({ name, namespace: instance.metadata.namespace, gracePeriodSeconds: 0, body: { preconditions: { uid: pod.metadata!.uid } } });
     } catch (err) {
       if (isStatus(err, 404)) return 'absent';
       throw err; // 409: another pod has the name now; the retry looks again
@@ -218,7 +216,7 @@ export class InstanceReconciler {
   }
 
   private async stopPod(instance: Instance, state: PodState): Promise<void> {
-    if (state === 'absent' || state === 'terminating' || state === 'stuck') return;
+    if (state === 'absent' || state === 'terminating') return;
     try {
       await this.d.core.deleteNamespacedPod({ name: sessionPodName(instance.metadata.name), namespace: instance.metadata.namespace });
     } catch (err) {
@@ -229,8 +227,7 @@ export class InstanceReconciler {
 
   private async finalize(instance: Instance): Promise<number | void> {
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
-    let pod = await this.podState(instance);
-    if (pod === 'stuck') pod = await this.removeStuckPod(instance);
+    const pod = await this.podState(instance);
     if (pod !== 'absent') {
       // The records go only after the session stopped, so it cannot write to them again.
       await this.stopPod(instance, pod);

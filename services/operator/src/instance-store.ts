@@ -78,8 +78,8 @@ export class InstanceStore {
     await this.db('instances').where({ id: desired.id }).update({ ...patch, updated_at: this.db.fn.now() });
   }
 
-  /** Erases the session's pairing (auth state) so it starts fresh; run only while no session pod exists. */
-  /** Erases the pairing. False, changing nothing, while a session still holds the instance. */
+  /** Erases the session's pairing (auth state) so it starts fresh. False, changing nothing, while
+   *  a session still holds the instance. */
   async resetSession(id: string, paused: boolean): Promise<boolean> {
     return this.db.transaction(async (trx) => {
       if (!(await noSessionHolds(trx, id))) return false;
@@ -91,8 +91,8 @@ export class InstanceStore {
     });
   }
 
-  /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE CASCADE). */
-  /** Deletes the records. False, changing nothing, while a session still holds the instance. */
+  /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
+   *  CASCADE). False, changing nothing, while a session still holds the instance. */
   async delete(id: string): Promise<boolean> {
     return this.db.transaction(async (trx) => {
       if (!(await noSessionHolds(trx, id))) return false;

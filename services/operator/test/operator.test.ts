@@ -3,11 +3,11 @@
 // (a watch that dies, compacted history, the API server going away, conflicting writers).
 import assert from 'node:assert/strict';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import { sessionLockKey } from '@switchboard/core';
 import { Controller } from '../src/controller.ts';
 import { InstanceStore } from '../src/instance-store.ts';
 import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
 import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instance-resources.ts';
+import { ownerLockFor } from '../../session/src/owner-lock.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
 import { NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
 
@@ -269,9 +269,9 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(() => assert.ok(pod('inst-held'), 'inst-held has a session pod'));
     await eventually(async () => assert.ok(await row('inst-held'), 'inst-held has its record'));
     // A session on a node cut off from the API server: its pod was force-deleted, it still holds
-    // the owner lock (here taken by the test, as the session would).
-    const session = await t.db.transaction();
-    await session.raw('SELECT pg_advisory_xact_lock(?::bigint)', [sessionLockKey('inst-held')]);
+    // the owner lock (here taken by the test, with the session's own lock).
+    const session = ownerLockFor(t.db, 'inst-held', () => undefined);
+    assert.equal(await session.tryAcquire(), true);
     try {
       assert.equal(await store.resetSession('inst-held', false), false, 'no pairing erased under a running session');
       await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-held' });
@@ -280,7 +280,7 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.ok(await row('inst-held'), 'the record stays while the session holds the instance');
       assert.ok(instance('inst-held'), 'the resource keeps its finalizer');
     } finally {
-      await session.commit();
+      await session.release();
     }
     await eventually(async () => {
       assert.equal(await row('inst-held'), undefined);

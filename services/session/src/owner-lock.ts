@@ -13,7 +13,6 @@ export interface OwnerLock {
   release(): Promise<void>;
 }
 
-
 /** How the holder checks its own lock: a round trip every `everyMs`; none within `timeoutMs`
  *  means the lock must be taken as lost (see AdvisoryLock.watch). */
 export interface LockProbe {

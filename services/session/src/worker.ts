@@ -238,11 +238,9 @@ export class SessionWorker {
     }
   }
 
-  /** Republishes every queued item's command: a bus that lost them gets them again, and the
-   *  re-read in the send handler makes duplicates harmless. */
-  /** Publishes the commands of queued items again (the bus drops repeats within its duplicate
-   *  window; the handler skips items no longer queued). `createdBefore`: only items at least that
-   *  old (ms, by the database's clock). */
+  /** Publishes the commands of queued items again, so a bus that lost them gets them again (the
+   *  bus drops repeats within its duplicate window; the handler skips items no longer queued).
+   *  `createdBefore`: only items at least that old (ms, by the database's clock). */
   private async requeueQueuedItems(createdBefore = 0): Promise<void> {
     const { db, instanceId } = this.opts;
     const ids = (await db('send_items')

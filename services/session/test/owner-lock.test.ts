@@ -6,6 +6,7 @@ import type { Knex } from 'knex';
 import { openDatabase } from '@switchboard/core';
 import { openTestDatabase } from '../../../test/support/services.ts';
 import { LOCK_PEER_PROBES, openLockConnection, ownerLockFor } from '../src/owner-lock.ts';
+import { until } from './harness.ts';
 
 /** A TCP relay to PostgreSQL that can go silent without closing anything: a network partition. */
 async function partitionableRelay(target: URL): Promise<{ url: string; partition(): void; close(): Promise<void> }> {
@@ -66,7 +67,7 @@ describe('session owner lock (PostgreSQL)', () => {
     const lock = ownerLockFor(db, 'inst-c', (e) => lost.push(e));
     assert.equal(await lock.tryAcquire(), true);
     await db.raw(`select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and pid <> pg_backend_pid() and database = (select oid from pg_database where datname = current_database())`);
-    for (let i = 0; i < 100 && !lost.length; i++) await new Promise((r) => setTimeout(r, 20));
+    await until(() => lost.length > 0, 'the loss reported');
     assert.equal(lost.length, 1);
     assert.equal(await lock.isHeld(), false);
   });
@@ -76,12 +77,13 @@ describe('session owner lock (PostgreSQL)', () => {
     const viaRelay = openDatabase({ databaseUrl: relay.url, dataDir: '/nonexistent' });
     try {
       const lost: Error[] = [];
-      const lock = ownerLockFor(viaRelay, 'inst-d', (e) => lost.push(e), { everyMs: 50, timeoutMs: 300 });
+      // A time-out well above a pause of a busy machine's event loop, so only the partition trips it.
+      const lock = ownerLockFor(viaRelay, 'inst-d', (e) => lost.push(e), { everyMs: 100, timeoutMs: 1500 });
       assert.equal(await lock.tryAcquire(), true);
-      await new Promise((r) => setTimeout(r, 250));
+      await new Promise((r) => setTimeout(r, 500));
       assert.equal(lost.length, 0, 'answered probes keep the lock');
       relay.partition();
-      for (let i = 0; i < 150 && !lost.length; i++) await new Promise((r) => setTimeout(r, 20));
+      await until(() => lost.length > 0, 'the loss reported');
       assert.equal(lost.length, 1);
       assert.match(lost[0].message, /did not answer/);
       assert.equal(await lock.isHeld(), false);

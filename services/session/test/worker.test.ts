@@ -175,10 +175,11 @@ for (const nats of [false, true]) {
 
     it('an item queued longer than the commands stream keeps commands (SEND_EXPIRY_MS over a day) goes out on reconnect', async () => {
       await connect();
-      await runtime.call(instanceId, 'sandbox.drop', { reason: 'connection_lost' });
-      // Queued 26 h ago and still valid: the stream dropped its command after 25 h.
+      // Queued 26 h ago and still valid: the stream dropped its command after 25 h. Written before
+      // the drop, so the look at reconnect cannot run before it is there.
       const old = await enqueueSend(env, instanceId, { phone: OK, publish: false, expiresAt: new Date(Date.now() + 22 * 3_600_000) });
       await env.db('send_items').where({ id: old.id }).update({ created_at: env.db.raw(`now() - interval '26 hours'`) });
+      await runtime.call(instanceId, 'sandbox.drop', { reason: 'connection_lost' });
       await waitStatus(old.id, 'read');
     });
 
@@ -186,6 +187,8 @@ for (const nats of [false, true]) {
       await runtime.close();
       runtime = env.runtime({ oldItemsCheckMs: 100 });
       await connect();
+      // Consuming has started, so the look at connect is over: only the periodic one can find it.
+      await waitStatus((await enqueueSend(env, instanceId, { phone: OK })).id, 'read');
       const old = await enqueueSend(env, instanceId, { phone: OK, publish: false, expiresAt: new Date(Date.now() + 22 * 3_600_000) });
       await env.db('send_items').where({ id: old.id }).update({ created_at: env.db.raw(`now() - interval '26 hours'`) });
       await waitStatus(old.id, 'read');

@@ -96,8 +96,21 @@ function spawnFfmpeg(ffmpeg: string, args: string[], timeoutMs: number, stderrLi
   });
 }
 
+/** Binaries found, by the PATH searched: every audio or video send needs one. */
+const resolvedPaths = new Map<string, Promise<string>>();
+
 /** The system ffmpeg if one is on PATH, otherwise the binary shipped in @ffmpeg-installer/ffmpeg. */
-export async function resolveFfmpegPath(searchPath = process.env.PATH ?? ''): Promise<string> {
+export function resolveFfmpegPath(searchPath = process.env.PATH ?? ''): Promise<string> {
+  let found = resolvedPaths.get(searchPath);
+  if (!found) {
+    found = findFfmpeg(searchPath);
+    resolvedPaths.set(searchPath, found);
+    found.catch(() => resolvedPaths.delete(searchPath)); // not found: look again next time
+  }
+  return found;
+}
+
+async function findFfmpeg(searchPath: string): Promise<string> {
   for (const dir of searchPath.split(delimiter).filter(Boolean)) {
     const candidate = join(dir, 'ffmpeg');
     if (await access(candidate, constants.X_OK).then(() => true, () => false)) return candidate;
