@@ -99,7 +99,7 @@ describe('media end to end', function () {
       extended.searchParams.set('expires', String(Number(candidate.searchParams.get('expires')) + 3600));
       const extendedStatus = (await fetch(extended)).status;
       const malformed: [string, number][] = [];
-      for (const query of ['?expires=111111111111111111111&signature=abc', `?expires=1&expires=2&signature=${signature}`, `?expires=1&signature=${'a'.repeat(200)}`]) {
+      for (const query of ['?expires=111111111111111111111&signature=abc', `?expires=1&expires=2&signature=${signature}`, `?expires=1&signature=${'a'.repeat(200)}`, '?expires=1&signature=%00', '?expires=%ED%A0%80&signature=abc']) {
         malformed.push([query, (await fetch(t.url + path + query)).status]);
       }
       // The link grants the download by itself, whatever Authorization header comes with it.

@@ -17,6 +17,10 @@ import { assertStorableInput, assertStorableParams } from './storable-input.ts';
 import { metricsEndpoint, observeRequests } from './http/observability.ts';
 import { createMetrics, problems } from '@switchboard/core';
 
+/** A client's own request id is kept when it is one token of visible ASCII: it is echoed in a
+ *  header and quoted in logs and support tickets, where spaces or odd bytes would mislead. */
+const CLIENT_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+
 export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(deps)): Koa {
   const app = new Koa();
   app.proxy = deps.config.trustProxy;
@@ -25,7 +29,8 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
   app.use(observeRequests(metrics, deps.log)); // outermost: sees the final status of every request
   app.use(problemResponder(deps.log));
   app.use(async (ctx, next) => {
-    const requestId = ctx.get('x-request-id').slice(0, 128) || randomUUID();
+    const given = ctx.get('x-request-id');
+    const requestId = CLIENT_REQUEST_ID.test(given) ? given : randomUUID();
     ctx.state.requestId = requestId;
     ctx.set('X-Request-Id', requestId);
     // RFC 9112 §3.2 (the server lets requests without Host through, so they get a problem document).
@@ -52,7 +57,7 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
   if (r.bodyRequired && rawBody === undefined) throw problems.badRequest('body_required', 'This operation needs a JSON body.');
   assertStorableInput(rawBody, 'body');
-  if (r.query) assertStorableInput(ctx.query, 'query');
+  if (r.query && !r.queryNotStored) assertStorableInput(ctx.query, 'query');
   // Only a missing body means "no fields"; a JSON null is a body, and not an object.
   const body = r.body ? parseOrThrow(r.body, rawBody === undefined ? {} : rawBody, 'body') : undefined;
   const query = r.query ? parseOrThrow(r.query, ctx.query, 'query') : undefined;

@@ -60,6 +60,16 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.ok(doc.body.paths['/api/instances/{id}/messages'].post);
     });
 
+    it('echoes a client X-Request-Id only when it is one plain token', async () => {
+      const idFor = async (given: string) => (await t.client().get('/health', { 'x-request-id': given })).headers.get('x-request-id');
+      const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+      assert.equal(await idFor('trace-42:abc/DEF=_.+@'), 'trace-42:abc/DEF=_.+@');
+      assert.equal(await idFor('x'.repeat(128)), 'x'.repeat(128));
+      // Logs and support tickets quote it: a new id instead of one with spaces or a cut-off one.
+      for (const odd of ['two words', 'x'.repeat(129), 'tab\there']) assert.match((await idFor(odd)) ?? '', uuid, odd);
+      assert.match((await t.client().get('/health')).headers.get('x-request-id') ?? '', uuid);
+    });
+
     it('unknown routes and methods answer with problem documents', async () => {
       assertProblem(await t.admin.get('/api/nope'), 404, 'not_found');
       assertProblem(await t.admin.request('PATCH', '/api/stats'), 405);

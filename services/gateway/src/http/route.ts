@@ -35,6 +35,9 @@ export interface Route<B = any, Q = any> {
   bodyLimit?: number;
   /** A request without a body is refused, where "no body" must not mean "no fields" (a replace-all save). */
   bodyRequired?: boolean;
+  /** The query is only compared, never stored, so text the database could not hold (NUL) is let
+   *  through to the handler: a forged signed link is a 401, not a 400. */
+  queryNotStored?: boolean;
   responses: Record<number, z.ZodType | string>;
   handler(req: RouteRequest<B, Q>): Promise<RouteResult>;
 }
