@@ -57,8 +57,8 @@ export class ReplicaLiveness {
   /** A check for silent replicas under way; it never delays this replica's own stamps. */
   private sweeping: Promise<void> | undefined;
   /** Each other replica's stamp as last read, and since when (local monotonic ms) it has been
-   *  that. Forgotten whenever this replica's own heartbeats falter: after a database outage or a
-   *  pause of this process nobody could stamp, so every watch starts again. */
+   *  that. Forgotten whenever this replica's own heartbeats falter: after a database outage, a
+   *  stall or a pause of this process nobody could stamp, so every watch starts again. */
   private readonly watched = new Map<string, { stamp: string; since: number }>();
   private lastBeat: number | undefined;
 
@@ -117,9 +117,15 @@ export class ReplicaLiveness {
       this.deps.log.warn('dispatcher: another replica took this one for gone (silent too long) and handed back its claims; deliveries under way may reach their receivers twice');
     }
     const now = performance.now();
-    if (this.lastBeat === undefined || now - this.lastBeat > 2 * this.opts.heartbeatMs) this.watched.clear();
+    if (!this.beatingSteadily(now)) this.watched.clear();
     this.lastBeat = now;
     this.sweeping ??= this.releaseGoneReplicas().finally(() => (this.sweeping = undefined));
+  }
+
+  /** Whether this replica's own last heartbeat is recent: if not, the database (or this process)
+   *  stood still, and so did everyone's stamps. */
+  private beatingSteadily(now: number): boolean {
+    return this.lastBeat !== undefined && now - this.lastBeat <= 2 * this.opts.heartbeatMs;
   }
 
   /** Reads the other replicas' stamps and returns those unchanged for `goneAfterMs`. */
@@ -128,6 +134,12 @@ export class ReplicaLiveness {
       .whereNot({ name: this.deps.name })
       .select('name', this.deps.db.raw(`${STAMP} AS stamp`));
     const now = performance.now();
+    // A read the database held back (a stall, not an error) ends when the others could not stamp
+    // either: it shows nothing about their silence.
+    if (!this.beatingSteadily(now)) {
+      this.watched.clear();
+      return [];
+    }
     for (const name of this.watched.keys()) if (!rows.some((r) => r.name === name)) this.watched.delete(name);
     return rows.filter(({ name, stamp }) => {
       const seen = this.watched.get(name);

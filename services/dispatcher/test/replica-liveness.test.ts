@@ -125,6 +125,54 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
     assert.deepEqual(await leasedTo('replica-other'), held, 'a replica that stamps again after the outage keeps its lease');
   });
 
+  it('judges nobody from a read that a stalled database held back (the others could not stamp either)', async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    await recordRoutedEvent(db, inst.id);
+    const held = await claimFor('replica-other', 1);
+    const restamp = () => db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-other', now())
+      on conflict (name) do update set seen_at = excluded.seen_at`);
+    await restamp();
+    // The watcher's own connections, through which the test can hold statements back, as a network
+    // partition does (TCP delivers them once the link is back), instead of failing them.
+    const watcherDb = openDatabase({ databaseUrl: url, dataDir: '/nonexistent' });
+    const client = watcherDb.client as any;
+    const query = client.query.bind(client);
+    const heldBack: { sql: string; go: () => void }[] = [];
+    let stalled = false;
+    let stallNextRead = false;
+    client.query = async (connection: unknown, q: { sql: string }) => {
+      if (stallNextRead && /^select .* from "dispatcher_replicas"/i.test(q.sql)) [stalled, stallNextRead] = [true, false];
+      if (stalled) await new Promise<void>((go) => heldBack.push({ sql: q.sql, go }));
+      return query(connection, q);
+    };
+    try {
+      const watcher = new ReplicaLiveness({ db: watcherDb, log, name: 'replica-watcher', onReleased: () => undefined }, { heartbeatMs: 100, goneAfterMs: 1500 });
+      running.push(watcher);
+      await watcher.start();
+      await new Promise((r) => setTimeout(r, 200)); // the other replica's stamp is being watched
+      stallNextRead = true; // a read of the stamps is on its way when the database stops answering
+      await waitFor('a read of the stamps held back', async () => stalled);
+      await new Promise((r) => setTimeout(r, 1800)); // longer than goneAfterMs: nobody can stamp
+      stalled = false;
+      // The order in which held statements come back is the network's: the worst is the read first.
+      const [read, ...rest] = heldBack.splice(0);
+      assert.match(read.sql, /dispatcher_replicas/);
+      read.go();
+      await new Promise((r) => setTimeout(r, 100));
+      for (const r of rest) r.go();
+      // The other replica comes back a little later, well within goneAfterMs.
+      await new Promise((r) => setTimeout(r, 150));
+      await restamp();
+      await new Promise((r) => setTimeout(r, 100));
+      assert.deepEqual(await leasedTo('replica-other'), held, 'a replica that stamps again after the stall keeps its lease');
+    } finally {
+      stalled = false;
+      for (const r of heldBack.splice(0)) r.go();
+      for (const r of running.splice(0)) await r.stop();
+      await watcherDb.destroy();
+    }
+  });
+
   it('reads stamps the same whatever the session\'s TimeZone and DateStyle', async () => {
     const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
     await recordRoutedEvent(db, inst.id);
