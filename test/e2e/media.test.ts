@@ -150,6 +150,11 @@ describe('media end to end', function () {
     const ev = events.find((e) => e.type === 'message.received' && e.data.messageId === failed.body.messageId);
     assert.equal(ev.data.media.url, null);
     assert.equal(ev.data.media.downloadAvailable, false);
+    // The event says what the record says: the same media fields, view-once included.
+    const onceEvent = events.find((e) => e.type === 'message.received' && e.data.messageId === once.body.messageId);
+    assert.equal(list.b.media.viewOnce, true);
+    assert.deepEqual(onceEvent.data.media, list.b.media);
+    assert.deepEqual(ev.data.media, list.a.media);
   });
 
   it('reports media in diagnostics', async () => {

@@ -264,6 +264,8 @@ for (const mode of modes) {
       // The outcome reaches webhook consumers on both streams: message.failed and a `failed` status.
       const failed = (await eventsOf(t.admin, paused.id, 'message.failed')).filter((e) => e.data.messageId === res.body.id);
       assert.deepEqual(failed.map((e) => e.data.error.code), ['cancelled']);
+      assert.deepEqual(cancelled.body.error, failed[0].data.error, 'the item says why, as its event does');
+      assert.deepEqual((await t.admin.get(`/api/instances/${paused.id}/messages/${res.body.id}`)).body.error, failed[0].data.error);
       const statuses = (await eventsOf(t.admin, paused.id, 'message.status')).filter((e) => e.data.messageId === res.body.id);
       assert.deepEqual(statuses.map((e) => e.data), [{ messageId: res.body.id, messengerId: res.body.messengerId, status: 'failed' }]);
       const twice = await t.client(paused.apiToken).delete(`/api/instances/${paused.id}/messages/${res.body.id}`);

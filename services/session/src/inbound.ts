@@ -137,6 +137,7 @@ function eventData(deps: InboundDeps, msg: InboundMessage, fromApi: boolean, med
       seconds: media.seconds,
       voiceNote: media.voiceNote,
       downloadAvailable: media.downloadAvailable,
+      ...(media.viewOnce ? { viewOnce: true } : {}),
       ...(media.error ? { error: media.error } : {}),
     };
   }

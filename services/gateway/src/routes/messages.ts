@@ -12,6 +12,8 @@ import { loadInstance } from './common.ts';
 const BASE64_OF_32_MIB = Math.ceil((32 * 1024 * 1024) / 3) * 4;
 export const SEND_BODY_LIMIT = BASE64_OF_32_MIB + Math.ceil(BASE64_OF_32_MIB / 16) + 256 * 1024;
 
+const CANCELLED = { code: 'cancelled', message: 'Cancelled through the API before it was sent.' };
+
 export const messageRoutes = [
   route({
     method: 'post',
@@ -70,12 +72,13 @@ export const messageRoutes = [
     responses: { 200: SendItemRecord, 404: 'absent', 409: 'no longer queued' },
     handler: async ({ deps, params }) => {
       const row = await deps.db.transaction(async (trx) => {
+        // The item says why it was not sent, as its message.failed event does (an expired one too).
         const [updated] = await trx('send_items')
           .where({ instance_id: params.id, id: params.messageId, status: 'queued' })
-          .update({ status: 'cancelled', updated_at: trx.fn.now() })
+          .update({ status: 'cancelled', error: JSON.stringify(CANCELLED), updated_at: trx.fn.now() })
           .returning('*');
         if (updated) {
-          await recordSendFailure(trx, updated, { code: 'cancelled', message: 'Cancelled through the API before it was sent.' });
+          await recordSendFailure(trx, updated, CANCELLED);
           return updated;
         }
         const existing = await trx('send_items').where({ instance_id: params.id, id: params.messageId }).first();
