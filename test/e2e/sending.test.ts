@@ -425,4 +425,21 @@ describe('send expiry', function () {
     const failed = await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.failed' && e.data.messageId === res.body.id, 'expired event');
     assert.equal(failed.data.error.code, 'expired');
   });
+
+  it('refuses to cancel an item past its time that the sweeper has not reached yet: it is expired', async () => {
+    const inst = (await t.admin.post('/api/instances', { name: 'Offline' })).body;
+    const res = await t.admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: 'too late' });
+    // Due this very moment: the DELETE below comes before any sweep (the rule is the same if one wins).
+    const db = t.server.platform.db;
+    await db('send_items').where({ id: res.body.id }).update({ expires_at: new Date(Date.now() - 1) });
+    const refused = await t.admin.delete(`/api/instances/${inst.id}/messages/${res.body.id}`);
+    assert.equal(refused.status, 409, JSON.stringify(refused.body));
+    assert.equal(refused.body.code, 'not_cancellable');
+    assert.match(refused.body.detail, /expired/);
+    const item = (await t.admin.get(`/api/instances/${inst.id}/messages/${res.body.id}`)).body;
+    assert.equal(item.status, 'expired');
+    assert.equal(item.error.code, 'expired');
+    const failed = (await eventsOf(t.admin, inst.id, 'message.failed')).filter((e) => e.data.messageId === res.body.id);
+    assert.deepEqual(failed.map((e) => e.data.error.code), ['expired'], 'expired once, whoever got there first');
+  });
 });

@@ -1,7 +1,7 @@
 // The gateway process of cluster mode (PostgreSQL + NATS; sessions run as their own pods and are
 // reached over NATS; Instance resources are kept in step when running inside Kubernetes).
 import { ConfigError, OutboxRelay, loadConfig, openPlatform, runService, startMediaRetention, startTelemetry } from '@switchboard/core';
-import { RemoteSessionRuntime, startExpirySweeper } from '@switchboard/session';
+import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
 import { InstanceTokenLookup } from './http/instance-token-lookup.ts';
@@ -24,7 +24,7 @@ async function start(): Promise<() => Promise<void>> {
   const relay = new OutboxRelay(db, bus, log);
   relay.start();
   const runtime = new RemoteSessionRuntime({ db, bus, crypto, log, relay });
-  const sweeper = startExpirySweeper({ db, relay, log, intervalMs: 5_000 });
+  const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
   const resources = await kubernetesResources();
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });

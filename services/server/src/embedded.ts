@@ -3,7 +3,7 @@
 // in-process bus in DATA_DIR.
 import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, type Config, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
-import { LocalSessionRuntime, driverFactoryFor, mediaArchive, startExpirySweeper } from '@switchboard/session';
+import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
 
 export interface EmbeddedServer {
@@ -28,7 +28,7 @@ export async function startEmbeddedServer(config: Config = loadConfig(), opts: {
   const metrics = createMetrics({ db, bus }); // one registry for the whole process, served at /metrics
   // One process owns a PGlite data dir, so the leases a restart finds there are its predecessor's.
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
-  const sweeper = startExpirySweeper({ db, relay, log, intervalMs: 5_000 });
+  const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);

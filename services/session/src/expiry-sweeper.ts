@@ -19,6 +19,13 @@ export interface ExpirySweeper {
   stop(): Promise<void>;
 }
 
+/** How often to look: a twentieth of the expiry, between 200 ms and 5 s. With the default 24 h an
+ *  item expires at most 5 s late; with the short expiries of tests and sandboxes it is not seen
+ *  `queued` for long after its time. */
+export function expirySweepIntervalMs(sendExpiryMs: number): number {
+  return Math.min(5_000, Math.max(200, Math.round(sendExpiryMs / 20)));
+}
+
 export function startExpirySweeper(opts: ExpirySweeperOptions): ExpirySweeper {
   const batchSize = opts.batchSize ?? 200;
   let running: Promise<number> | undefined;

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { ConfigError, Problem } from '@switchboard/core';
 import { freePort } from '../../../test/support/server.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
-import { startExpirySweeper } from '../src/expiry-sweeper.ts';
+import { expirySweepIntervalMs, startExpirySweeper } from '../src/expiry-sweeper.ts';
 import { loadSessionConfig, runSessionProcess } from '../src/main.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
 import { serveSessionRpc } from '../src/rpc-server.ts';
@@ -18,6 +18,13 @@ describe('expiry sweeper', () => {
   let env: Env;
   before(async () => (env = await openEnv()));
   after(() => env?.close());
+
+  it('looks every twentieth of the expiry, between 200 ms and 5 s', () => {
+    assert.equal(expirySweepIntervalMs(86_400_000), 5_000);
+    assert.equal(expirySweepIntervalMs(60_000), 3_000);
+    assert.equal(expirySweepIntervalMs(3_000), 200);
+    assert.equal(expirySweepIntervalMs(1), 200);
+  });
 
   it('expires queued items past expires_at of an offline instance, once, with message.failed', async () => {
     const instanceId = await env.createInstance();

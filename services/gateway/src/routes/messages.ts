@@ -4,6 +4,7 @@ import { route } from '../http/route.ts';
 import { Accepted, IdempotencyKey, SendBody, SendItemRecord, listOf } from '../schemas.ts';
 import { sendItemRecord } from '../records.ts';
 import { acceptSend } from '../sending/accept.ts';
+import { isExpired, markExpired, type SendItemRow } from '@switchboard/session';
 import { loadInstance } from './common.ts';
 
 /** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread.
@@ -71,22 +72,26 @@ export const messageRoutes = [
     summary: 'Cancel a send that is still queued',
     responses: { 200: SendItemRecord, 404: 'absent', 409: 'no longer queued' },
     handler: async ({ deps, params }) => {
-      const row = await deps.db.transaction(async (trx) => {
+      const outcome = await deps.db.transaction(async (trx) => {
+        const item = (await trx('send_items').where({ instance_id: params.id, id: params.messageId }).forUpdate().first()) as SendItemRow | undefined;
+        if (!item) throw problems.notFound(`Message ${params.messageId}`);
+        if (item.status !== 'queued') return { refused: item.status };
+        // Past its time but not yet swept: it is expired, not cancellable (the sweeper's work, done now).
+        if (isExpired(item)) {
+          await markExpired(trx, item);
+          return { refused: 'expired' };
+        }
         // The item says why it was not sent, as its message.failed event does (an expired one too).
-        const [updated] = await trx('send_items')
-          .where({ instance_id: params.id, id: params.messageId, status: 'queued' })
+        const [cancelled] = await trx('send_items')
+          .where({ id: item.id })
           .update({ status: 'cancelled', error: JSON.stringify(CANCELLED), updated_at: trx.fn.now() })
           .returning('*');
-        if (updated) {
-          await recordSendFailure(trx, updated, CANCELLED);
-          return updated;
-        }
-        const existing = await trx('send_items').where({ instance_id: params.id, id: params.messageId }).first();
-        if (!existing) throw problems.notFound(`Message ${params.messageId}`);
-        throw problems.conflict('not_cancellable', `The message is ${existing.status}; only queued messages can be cancelled.`);
+        await recordSendFailure(trx, cancelled, CANCELLED);
+        return { cancelled };
       });
       deps.relay.kick();
-      return { body: sendItemRecord(row) };
+      if (!outcome.cancelled) throw problems.conflict('not_cancellable', `The message is ${outcome.refused}; only queued messages can be cancelled.`);
+      return { body: sendItemRecord(outcome.cancelled) };
     },
   }),
 ];
