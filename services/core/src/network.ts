@@ -113,6 +113,16 @@ export interface DriverContext {
   stillOwner?(): Promise<boolean>;
 }
 
+/** How long a phone pairing code works: on WhatsApp, while the socket that asked for it is still
+ *  offering itself for linking (its QR references, about three minutes). */
+export const PAIRING_CODE_TTL_MS = 3 * 60_000;
+
+export interface PairingCode {
+  /** As typed on the phone: `ABCD-EFGH`. */
+  code: string;
+  expiresAt: Date;
+}
+
 export interface NetworkDriver {
   /** Opens the session: restores credentials or starts pairing (QR). Returns once started. */
   connect(): Promise<void>;
@@ -120,8 +130,8 @@ export interface NetworkDriver {
   disconnect(): Promise<void>;
   /** Unlinks the device and clears credentials. */
   logout(): Promise<void>;
-  /** Phone pairing: returns the code the user types on the phone. */
-  requestPairingCode(phone: string): Promise<string>;
+  /** Phone pairing: returns the code the user types on the phone, and until when it works. */
+  requestPairingCode(phone: string): Promise<PairingCode>;
   /** Sends with msg.messengerId; resolves when the network accepted it. Throws SendError. */
   send(msg: OutboundMessage): Promise<void>;
   /** Sandbox only: control operations of DESIGN §6 (scan, pair, inbound, presence, drop). */

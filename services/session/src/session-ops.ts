@@ -1,4 +1,4 @@
-// The operations a running session answers (SessionRuntime.call): `pairing-code` {phone} → {code}
+// The operations a running session answers (SessionRuntime.call): `pairing-code` {phone} → {code, expiresAt}
 // and `sandbox.<op>` (DESIGN §6). Shared by the local runtime and the cluster RPC server.
 import { problems } from '@switchboard/core';
 import type { SessionWorker } from './worker.ts';
@@ -15,7 +15,8 @@ export async function callSessionOp(worker: SessionWorker, op: string, body: Rec
     }
     const driver = worker.requireDriver();
     if (worker.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected.');
-    return { code: await driver.requestPairingCode(phone) };
+    const { code, expiresAt } = await driver.requestPairingCode(phone);
+    return { code, expiresAt: expiresAt.toISOString() };
   }
   if (op.startsWith('sandbox.')) {
     const sandboxOp = op.slice('sandbox.'.length);

@@ -249,7 +249,7 @@ describe('baileys driver: connection', () => {
     await settled();
     assert.deepEqual(r.network.pairingRequests, [], 'not asked before the socket is ready');
     r.sock().showQr();
-    const code = await pending;
+    const { code } = await pending;
     assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
     assert.deepEqual(r.network.pairingRequests, ['5511988887777']);
   });

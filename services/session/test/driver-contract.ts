@@ -156,8 +156,10 @@ export function driverContract(name: string, makeHarness: () => Promise<DriverHa
     it('issues pairing codes shaped like the network\'s while awaiting pairing', async () => {
       await driver.connect();
       await until(() => listener.state === 'awaiting_scan', 'awaiting_scan');
-      const code = await driver.requestPairingCode('5511988887777');
+      const asked = Date.now();
+      const { code, expiresAt } = await driver.requestPairingCode('5511988887777');
       assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
+      assert.ok(expiresAt.getTime() > asked + 60_000, `a code works for minutes, not until ${expiresAt.toISOString()}`);
     });
   });
 }

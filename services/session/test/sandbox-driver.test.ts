@@ -72,14 +72,34 @@ describe('sandbox driver rules', () => {
 
   it('pair needs the last issued code', async () => {
     await rejects(driver.sandbox('pair', { code: 'AAAA-BBBB' }), 409, 'no_pairing_code');
-    const first = await driver.requestPairingCode('5511933334444');
-    const code = await driver.requestPairingCode('5511933334444');
+    const { code: first } = await driver.requestPairingCode('5511933334444');
+    const { code } = await driver.requestPairingCode('5511933334444');
     assert.notEqual(first, code);
     await rejects(driver.sandbox('pair', { code: first }), 400, 'invalid_pairing_code');
     await driver.sandbox('pair', { code: code.replace('-', '').toLowerCase() }); // typed as on a phone
     assert.equal(listener.state, 'connected');
     assert.equal(listener.states.at(-1)!.phone, '5511933334444');
     await rejects(driver.requestPairingCode('5511933334444'), 409, 'already_connected');
+  });
+
+  it('a pairing code works until its expiresAt, then a new one is needed', async () => {
+    const own = new RecordingListener(); // not the QR-refreshing driver's of beforeEach
+    const shortLived = new SandboxDriver(
+      { instanceId: 'inst-code-ttl', auth: new MemoryAuthStore(), listener: own, isOwnSend: async () => false, settings: () => settings },
+      { db, receiptDelayMs: 5, pairingCodeTtlMs: 200 },
+    );
+    await shortLived.connect();
+    try {
+      const { code, expiresAt } = await shortLived.requestPairingCode('5511933334444');
+      await new Promise((r) => setTimeout(r, Math.max(0, expiresAt.getTime() - Date.now()) + 10));
+      await rejects(shortLived.sandbox('pair', { code }), 409, 'pairing_code_expired');
+      assert.equal(own.state, 'awaiting_scan', 'still waiting: the phone may take a new code');
+      const fresh = await shortLived.requestPairingCode('5511933334444');
+      await shortLived.sandbox('pair', { code: fresh.code });
+      assert.equal(own.state, 'connected');
+    } finally {
+      await shortLived.disconnect();
+    }
   });
 
   it('magic destinations select the outcome', async () => {

@@ -1,6 +1,6 @@
 // Instances: records, lifecycle (connect, disconnect, reset, pairing) and credentials.
 import { z } from 'zod';
-import { newResourceId, Problem, problems, randomToken } from '@switchboard/core';
+import { newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
@@ -184,7 +184,8 @@ export const instanceRoutes = [
         if (row.paused && needsNoPairing(err)) await pauseAgain(deps, params.id);
         throw err;
       }
-      const expiresAt = new Date(Date.now() + 3 * 60_000).toISOString();
+      // The session says until when its code works; a session of an older version does not.
+      const expiresAt = typeof reply.expiresAt === 'string' ? reply.expiresAt : new Date(Date.now() + PAIRING_CODE_TTL_MS).toISOString();
       return { body: { code: String(reply.code), expiresAt }, headers: { 'Cache-Control': 'no-store' } };
     },
   }),

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import {
   NOT_CONNECTED,
+  PAIRING_CODE_TTL_MS,
   SendError,
   problems,
   type ConnectionState,
@@ -13,6 +14,7 @@ import {
   type DriverFactory,
   type NetworkDriver,
   type OutboundMessage,
+  type PairingCode,
 } from '@switchboard/core';
 import { readDrop, readInbound, readPair, readPresence, readScan } from './control-bodies.ts';
 import { destinationDigits, destinationJid, outcomeFor, receiptsFor } from './outcomes.ts';
@@ -26,6 +28,8 @@ export interface SandboxOptions {
   reconnectDelayMs?: number;
   /** How often a new QR is issued while awaiting a scan. */
   qrRefreshMs?: number;
+  /** How long a pairing code works (default PAIRING_CODE_TTL_MS, as on WhatsApp). */
+  pairingCodeTtlMs?: number;
 }
 
 const CREDS = { category: 'sandbox', key: 'creds' };
@@ -39,7 +43,7 @@ export function sandboxDriverFactory(opts: SandboxOptions): DriverFactory {
 export class SandboxDriver implements NetworkDriver {
   private state: ConnectionState = 'stopped';
   private phone: string | null = null;
-  private pairing: { code: string; phone: string } | null = null;
+  private pairing: (PairingCode & { phone: string }) | null = null;
   private qrTimer: NodeJS.Timeout | undefined;
   private readonly timers = new Set<NodeJS.Timeout>();
   /** Listener calls run one after another, in the order the network produced them. */
@@ -82,14 +86,15 @@ export class SandboxDriver implements NetworkDriver {
     this.closed = true;
   }
 
-  async requestPairingCode(phone: string): Promise<string> {
+  async requestPairingCode(phone: string): Promise<PairingCode> {
     if (this.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected.');
     if (this.state !== 'awaiting_scan') throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
     const bytes = randomBytes(8);
     let code = '';
     for (let i = 0; i < 8; i++) code += PAIRING_ALPHABET[bytes[i] % PAIRING_ALPHABET.length];
-    this.pairing = { code: `${code.slice(0, 4)}-${code.slice(4)}`, phone };
-    return this.pairing.code;
+    const expiresAt = new Date(Date.now() + (this.opts.pairingCodeTtlMs ?? PAIRING_CODE_TTL_MS));
+    this.pairing = { code: `${code.slice(0, 4)}-${code.slice(4)}`, expiresAt, phone };
+    return { code: this.pairing.code, expiresAt };
   }
 
   async send(msg: OutboundMessage): Promise<void> {
@@ -165,6 +170,7 @@ export class SandboxDriver implements NetworkDriver {
     // As on a phone, the dash shown in the code is optional and case does not matter.
     const typed = (c: string) => c.toUpperCase().replace(/[^A-Z0-9]/g, '');
     if (typed(code) !== typed(this.pairing.code)) throw problems.badRequest('invalid_pairing_code', 'The code is not the last issued pairing code.');
+    if (Date.now() >= this.pairing.expiresAt.getTime()) throw problems.conflict('pairing_code_expired', 'The pairing code expired; request a new one.');
     return this.completePairing(this.pairing.phone);
   }
 

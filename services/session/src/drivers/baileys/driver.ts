@@ -21,6 +21,7 @@ import {
 import {
   createLogger,
   NOT_CONNECTED,
+  PAIRING_CODE_TTL_MS,
   problems,
   SendError,
   withDeadline,
@@ -30,6 +31,7 @@ import {
   type Logger,
   type NetworkDriver,
   type OutboundMessage,
+  type PairingCode,
   type Receipt,
 } from '@switchboard/core';
 import { forgetUnfinishedPairing, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
@@ -156,13 +158,13 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   /** Phone pairing: asked only once the socket is ready (has shown a QR); returns `ABCD-EFGH`. */
-  async requestPairingCode(phone: string): Promise<string> {
+  async requestPairingCode(phone: string): Promise<PairingCode> {
     if (!/^\d{8,15}$/.test(phone)) throw problems.badRequest('invalid_phone', 'The phone must be 8 to 15 digits.');
     if (this.connected) throw problems.conflict('already_connected', 'The instance is already connected.');
     if (!this.running) throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
     const sock = await this.waitUntilReady(this.opts.pairingReadyTimeoutMs ?? 20_000);
     const code = await sock.requestPairingCode(phone);
-    return code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code;
+    return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt: new Date(Date.now() + PAIRING_CODE_TTL_MS) };
   }
 
   private async openSocket(): Promise<void> {
