@@ -27,7 +27,7 @@ export class EgressError extends Error {
 export interface EgressOptions {
   /** Tests only: allow loopback/private addresses and any port (HTTPS is still required). */
   allowPrivateTargets?: boolean;
-  /** Whole attempt: connect + headers + body (DESIGN: 15 s). */
+  /** Whole attempt: connect and status within it; a body still arriving then is cut off (DESIGN: 15 s). */
   timeoutMs?: number;
   /** Bytes of the response body read before the rest is discarded. */
   maxResponseBytes?: number;
@@ -76,7 +76,10 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
     connect: checkedConnector(resolve, allowPrivate, timeoutMs),
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
-    connections: 16,
+    // No cap per origin: the scheduler's caps (per URL, and overall) bound the requests in flight.
+    // A cap here would be one per host, and a few hanging URLs of a shared host would hold every
+    // connection to it until their time-outs, stalling its other URLs (other tenants).
+    connections: null,
     pipelining: 1,
     keepAliveTimeout: 10_000,
   });
@@ -92,11 +95,10 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
         } catch (err) {
           throw classify(err, deadline.aborted);
         }
-        // Reads up to the cap, then drops the connection rather than read a huge body. The status
-        // line already arrived, so a body cut short does not change the verdict, except a
-        // timeout, which fails the attempt (the whole exchange must fit in the limit).
+        // Reads up to the cap, then drops the connection rather than read a huge body; the deadline
+        // cuts a body still arriving, so it cannot hold the slot. The status arrived in time, so
+        // neither changes the verdict: a 2xx within the limit is a success (DESIGN §5).
         await response.body.dump({ limit: maxBytes }).catch(() => undefined);
-        if (deadline.aborted) throw classify(new Error('body timed out'), true);
         return { statusCode: response.statusCode, retryAfterMs: parseRetryAfter(response.headers['retry-after']) };
       } finally {
         deadline.clear();

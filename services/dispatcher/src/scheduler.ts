@@ -36,6 +36,8 @@ export interface SchedulerOptions {
   /** Whole attempt: connect + headers + body. A waiting claim with less lease left than this is
    *  handed back rather than attempted, so no attempt can outlive its lease. */
   attemptTimeoutMs: number;
+  /** Attempts in flight at once. Generous: a hanging receiver holds its slots for the whole
+   *  time-out, and only when hanging URLs fill all of them does every other tenant wait. */
   maxConcurrent: number;
   perDestinationConcurrency: number;
   breakerThreshold: number;
@@ -60,7 +62,7 @@ export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
   pollIntervalMs: 500,
   leaseMs: 60_000,
   attemptTimeoutMs: 15_000,
-  maxConcurrent: 64,
+  maxConcurrent: 256,
   perDestinationConcurrency: 4,
   breakerThreshold: 5,
   breakerCooldownMs: 30_000,

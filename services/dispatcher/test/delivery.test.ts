@@ -277,6 +277,24 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.ok(slowRows.every((r) => r.status === 'pending' && r.attempts === 0), 'slow attempts still under way');
   });
 
+  it('slow URLs of one receiver, their caps together past any per-host connection limit, do not hold back its other URLs', async () => {
+    receiver.respondWith((r) => (r.path.startsWith('/hole') ? { blackHole: true } : { status: 200 }));
+    const holeEvents: EventEnvelope[] = [];
+    for (let i = 0; i < 5; i++) {
+      const hole = await createInstance(db, { webhook: { url: receiver.url(`/hole-${i}`) } });
+      for (let j = 0; j < 4; j++) holeEvents.push(await recordRoutedEvent(db, hole.id));
+    }
+    const fast = await createInstance(db, { webhook: { url: receiver.url('/fast') } });
+    const fastEvents: EventEnvelope[] = [];
+    for (let i = 0; i < 3; i++) fastEvents.push(await recordRoutedEvent(db, fast.id));
+    start(db, { perDestinationConcurrency: 4, maxConcurrent: 64, leaseMs: 60_000, egress: { timeoutMs: 20_000 } });
+    for (const e of fastEvents) await waitForStatus(db, e.id, 'delivered');
+    const holeRows = await db('deliveries').whereIn('event_id', holeEvents.map((e) => e.id));
+    assert.ok(holeRows.every((r) => r.status === 'pending' && r.attempts === 0), 'delivered while every slow attempt was still under way, not after their time-outs');
+    await receiver.waitForRequests(holeEvents.length + fastEvents.length);
+    assert.equal(receiver.requests.filter((r) => r.path.startsWith('/hole')).length, 20, 'each slow URL got its whole cap');
+  });
+
   it('never attempts a waiting claim whose lease could run out mid-attempt: it is handed back and claimed afresh', async () => {
     // One slot, 400 ms per answer, a 1.2 s lease and a 0.7 s attempt budget: of a claim batch,
     // the third waiting delivery would start with under 0.7 s of lease left.
