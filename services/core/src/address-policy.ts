@@ -53,7 +53,8 @@ const PRIVATE_NAME = /(^|\.)(localhost|local|localdomain|internal|intranet|lan|h
 
 /** Host names that can only be private (checked at save time; resolution is checked at connect). */
 export function isPrivateHostName(host: string): boolean {
-  return PRIVATE_NAME.test(host.replace(/\.$/, '')) || !host.includes('.');
+  const name = host.replace(/\.$/, ''); // the root's dot: `vm.` is the single label `vm`
+  return PRIVATE_NAME.test(name) || !name.includes('.');
 }
 
 /** Every address a host name resolves to, as the system resolver returns them. */

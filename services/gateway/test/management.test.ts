@@ -369,7 +369,7 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.ok(!record.text.includes(saved.body.secret), 'the instance record never shows the secret');
         assert.equal((await t.admin.get(`/api/instances/${inst.id}/webhook/secret`)).body.secret, saved.body.secret);
 
-        for (const bad of ['http://hooks.example.com/x', 'https://hooks.example.com:8443/x', 'https://10.0.0.5/x', 'https://127.0.0.1/x', 'https://[::1]/x', 'https://localhost/x', 'https://printer.local/x', 'not a url', 'https://169.254.169.254/latest']) {
+        for (const bad of ['http://hooks.example.com/x', 'https://hooks.example.com:8443/x', 'https://10.0.0.5/x', 'https://127.0.0.1/x', 'https://[::1]/x', 'https://localhost/x', 'https://printer.local/x', 'https://intranet-host/x', 'https://intranet-host./x', 'https://printer.local./x', 'not a url', 'https://169.254.169.254/latest']) {
           const res = await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: bad });
           assertProblem(res, 400);
           assert.equal(res.body.errors[0].path, 'url', bad);
