@@ -48,7 +48,8 @@ export function loadConfig(env: Env = process.env): Config {
     port,
     host: read.str('HOST', '0.0.0.0'),
     publicBaseUrl: read.url('PUBLIC_BASE_URL', `http://localhost:${port}`).replace(/\/+$/, ''),
-    adminApiKey: read.optional('ADMIN_API_KEY', (v) => v),
+    // Sent as a Bearer token: one of blanks or non-ASCII characters could never be presented.
+    adminApiKey: read.optional('ADMIN_API_KEY', (v) => (/^[\x21-\x7e]+$/.test(v) ? v : 'must be visible ASCII characters without spaces (it is sent as a Bearer token)')),
     dataDir: read.str('DATA_DIR', './data'),
     databaseUrl: read.optional('DATABASE_URL', (v) =>
       /^postgres(ql)?:\/\//.test(v) ? v : 'must be a postgres:// or postgresql:// URL',

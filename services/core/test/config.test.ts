@@ -53,6 +53,12 @@ describe('configuration', () => {
     assert.equal(loadConfig({ ADMIN_API_KEY: 'admin' }).adminApiKey, 'admin');
   });
 
+  it('refuses an ADMIN_API_KEY no Bearer header could carry (blanks, non-ASCII)', () => {
+    for (const key of ['my admin key 12345', 'schlüssel-0123456789']) {
+      assert.throws(() => loadConfig({ ADMIN_API_KEY: key }), (err: Error) => err instanceof ConfigError && /ADMIN_API_KEY/.test(err.message) && !err.message.includes(key));
+    }
+  });
+
   it('takes an ENCRYPTION_KEY of base64 characters only (Buffer.from would skip stray ones)', () => {
     const key = Buffer.alloc(32, 0xfb).toString('base64');
     for (const form of [key, key.replace(/=$/, ''), key.replace(/\+/g, '-').replace(/\//g, '_')]) {

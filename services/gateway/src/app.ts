@@ -8,10 +8,10 @@ import { problemResponder } from './http/errors.ts';
 import { rateLimiter } from './http/rate-limit.ts';
 import { originGuard } from './http/origin.ts';
 import { dashboardMiddleware } from '@switchboard/dashboard';
-import { authorize, bearerToken, resolvePrincipal } from './http/auth.ts';
+import { authorize, bearerToken, resolvePrincipal, type Principal } from './http/auth.ts';
 import { DEFAULT_BODY_LIMIT, readJsonBody } from './http/body.ts';
 import { parseOrThrow } from './http/validate.ts';
-import type { Route } from './http/route.ts';
+import { checkedBeforeHandler, type Route } from './http/route.ts';
 import { allRoutes } from './routes/index.ts';
 import { assertStorableInput, assertStorableParams } from './storable-input.ts';
 import { metricsEndpoint, observeRequests } from './http/observability.ts';
@@ -51,8 +51,11 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
 
 async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> {
   const params = (ctx as any).params as Record<string, string>;
-  const principal = r.auth === 'none' ? undefined : await resolvePrincipal(deps, bearerToken(ctx));
-  authorize(r.auth, principal, params.id);
+  let principal: Principal | undefined;
+  if (checkedBeforeHandler(r.auth)) {
+    principal = await resolvePrincipal(deps, bearerToken(ctx));
+    authorize(r.auth, principal, params.id);
+  }
   assertStorableParams(params);
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
   if (r.bodyRequired && rawBody === undefined) throw problems.badRequest('body_required', 'This operation needs a JSON body.');

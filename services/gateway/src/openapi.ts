@@ -17,7 +17,7 @@ export function buildOpenApiDocument(routes: Route[]): object {
     const operation: Record<string, unknown> = {
       summary: r.summary,
       tags: [r.tag],
-      security: r.auth === 'none' ? [] : [{ bearer: [] }],
+      security: securityOf(r),
       responses: responsesOf(r),
     };
     const requestParams: Record<string, z.ZodObject> = {};
@@ -49,6 +49,12 @@ function responsesOf(r: Route): Record<string, unknown> {
     out[String(status)] ??= problemResponse('see the problem document');
   }
   return out;
+}
+
+/** OpenAPI security: none, a Bearer credential, or (a signed link) either one or none. */
+function securityOf(r: Route): Record<string, string[]>[] {
+  if (r.auth === 'none') return [];
+  return r.auth === 'any-or-link' ? [{ bearer: [] }, {}] : [{ bearer: [] }];
 }
 
 function problemResponse(description: string) {

@@ -13,8 +13,8 @@ const DAY = z.string().regex(DATE_TIME, 'must be a date such as 2026-01-31');
 const PROJECT_ID = ID.regex(RESOURCE_ID, 'must be lowercase letters, digits and dashes, at most 40 characters');
 
 export const ProjectBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
-export const InstanceCreateBody = z.object({ name: NAME, projectId: ID.nullable().optional() });
-export const InstancePatchBody = z.object({ name: NAME.optional(), projectId: ID.nullable().optional() });
+export const InstanceCreateBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
+export const InstancePatchBody = z.object({ name: NAME.optional(), projectId: PROJECT_ID.nullable().optional() });
 export const AppCreateBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
 export const PairingBody = z.object({ phone: z.string().regex(/^\d{8,15}$/, 'digits only: country code, area code and number, no signs') });
 

@@ -58,6 +58,10 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.equal(doc.status, 200);
       assert.equal(doc.body.openapi, '3.1.0');
       assert.ok(doc.body.paths['/api/instances/{id}/messages'].post);
+      // Security as the spec's Auth column says: a Bearer credential, or for media a signed link instead.
+      assert.deepEqual(doc.body.paths['/api/instances/{id}/messages'].post.security, [{ bearer: [] }]);
+      assert.deepEqual(doc.body.paths['/api/instances/{id}/media/{mediaId}'].get.security, [{ bearer: [] }, {}]);
+      assert.deepEqual(doc.body.paths['/health'].get.security, []);
     });
 
     it('echoes a client X-Request-Id only when it is one plain token', async () => {
@@ -226,7 +230,11 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         for (const blank of ['   ', '\n\n', '\u200b\u200b', '\u00a0\u00a0']) assertProblem(await t.admin.post('/api/instances', { name: blank }), 400);
         assert.equal((await t.admin.post('/api/instances', { name: name(70) })).status, 201);
         assertProblem(await t.admin.post('/api/instances', { name: 'No such project', projectId: 'missing' }), 404);
+        // An id no project can have is bad input, as it is for projects and keys; a well-formed one that names nothing is absent.
+        assertProblem(await t.admin.post('/api/instances', { name: 'Malformed project', projectId: 'BAD_ID' }), 400, 'validation_failed');
         const inst = await createInstance();
+        assertProblem(await t.admin.patch(`/api/instances/${inst.id}`, { projectId: 'BAD_ID' }), 400, 'validation_failed');
+        assertProblem(await t.admin.patch(`/api/instances/${inst.id}`, { projectId: 'missing' }), 404);
         assert.match(inst.apiToken, /^sbi_/);
         assert.match(inst.id, /^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/);
         for (const key of ['id', 'name', 'projectId', 'state', 'connected', 'qrCode', 'qrImage', 'phone', 'paused', 'settings', 'webhook', 'createdAt', 'updatedAt']) {

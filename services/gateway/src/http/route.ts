@@ -5,7 +5,14 @@ import type { z } from 'zod';
 import type { GatewayDeps } from '../deps.ts';
 import type { Principal } from './auth.ts';
 
-export type Auth = 'none' | 'admin' | 'any';
+/** Who may call a route. `any-or-link`: a credential of the instance, or a signed link in the
+ *  query instead; the handler checks both (only it can verify the link). */
+export type Auth = 'none' | 'admin' | 'any' | 'any-or-link';
+
+/** Whether the app resolves and checks a Bearer credential before the handler runs. */
+export function checkedBeforeHandler(auth: Auth): auth is 'admin' | 'any' {
+  return auth === 'admin' || auth === 'any';
+}
 
 export interface RouteRequest<B = unknown, Q = unknown> {
   ctx: Context;

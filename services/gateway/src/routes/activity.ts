@@ -58,7 +58,7 @@ export const activityRoutes = [
   route({
     method: 'get',
     path: '/api/instances/{id}/media/{mediaId}',
-    auth: 'none', // a credential of the instance or a valid signed link; checked in the handler
+    auth: 'any-or-link',
     tag: 'activity',
     summary: 'Download a media file (Bearer credential, or a signed link until it expires)',
     // Any value is taken: a malformed link is a forged one (401), not a bad request.
