@@ -115,7 +115,10 @@ export class OutboxRelay {
 
   private async publishBatch(): Promise<number> {
     return this.db.transaction(async (trx) => {
-      const rows = await trx('outbox').orderBy('seq').limit(this.batchSize).forUpdate().skipLocked();
+      // Every gateway and session process runs a relay. Not SKIP LOCKED: a relay that skipped the
+      // rows another is publishing would publish the later rows of the same subjects first, and
+      // an instance's commands would reach its session out of order. It waits for them instead.
+      const rows = await trx('outbox').orderBy('seq').limit(this.batchSize).forUpdate();
       if (!rows.length) return 0;
       // The whole batch is published at once (a window), in seq order, so one connection carries
       // each subject's messages in order; then the acks are awaited together.

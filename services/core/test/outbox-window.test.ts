@@ -59,5 +59,28 @@ describe('outbox relay publish window', () => {
         assert.deepEqual(order, Array.from({ length: 150 }, (_, k) => k * 3 + s));
       }
     });
+
+    it('keeps a subject in order across relays: a second relay waits for the rows the first is publishing', async () => {
+      // Relays run in every gateway and session process. The first one's bus is slow to answer.
+      const published: string[] = [];
+      const release: (() => void)[] = [];
+      const slowBus = { publish: async (_s: string, data: Uint8Array) => {
+        await new Promise<void>((r) => release.push(r));
+        published.push(Buffer.from(data).toString('utf8'));
+      } } as unknown as MemoryBus;
+      const quickBus = { publish: async (_s: string, data: Uint8Array) => void published.push(Buffer.from(data).toString('utf8')) } as unknown as MemoryBus;
+      const first = new OutboxRelay(db, slowBus, log, 60_000, 200);
+      const second = new OutboxRelay(db, quickBus, log, 60_000, 200);
+      for (let i = 1; i <= 3; i++) await enqueueOutbox(db, { subject: 'cmd.inst', msgId: `m${i}`, payload: String(i) });
+      const firstDone = first.flush();
+      await waitFor(() => release.length === 3, 'the first relay to publish rows 1–3');
+      for (let i = 4; i <= 6; i++) await enqueueOutbox(db, { subject: 'cmd.inst', msgId: `m${i}`, payload: String(i) });
+      const secondDone = second.flush();
+      await new Promise((r) => setTimeout(r, 100)); // time enough to overtake, were it allowed to
+      for (const r of release.splice(0)) r();
+      await Promise.all([firstDone, secondDone]);
+      assert.deepEqual(published, ['1', '2', '3', '4', '5', '6']);
+      assert.equal(Number((await db('outbox').count({ n: '*' }).first())!.n), 0);
+    });
   });
 });
