@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, startHealthServer, startTelemetry, type Config } from '@switchboard/core';
+import { Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { recordConnectionState } from './connection-state.ts';
 import { driverFactoryFor } from './drivers.ts';
@@ -99,14 +99,23 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     await rpc.stop();
     const wasRunning = runtime.worker(instanceId) !== undefined;
     await runtime.close();
-    // The socket is gone until the next session process takes over.
-    if (wasRunning && (await recordConnectionState(db, instanceId, 'reconnecting', { reason: 'session_restarting' }))) relay.kick();
+    // The socket is gone until the next session process takes over, unless the instance was paused
+    // meanwhile (a stop this process never heard of; the operator removes the pod of a paused one).
+    if (wasRunning && (await recordShutdownState(db, instanceId))) relay.kick();
     await relay.flush().catch(() => undefined);
     await relay.stop();
     await mediaStore.close();
     await bus.close();
     await db.destroy();
   };
+}
+
+async function recordShutdownState(db: Db, instanceId: string): Promise<boolean> {
+  const row = await db('instances').where({ id: instanceId }).first('paused');
+  if (!row) return false;
+  return row.paused
+    ? recordConnectionState(db, instanceId, 'stopped', { reason: 'paused' })
+    : recordConnectionState(db, instanceId, 'reconnecting', { reason: 'session_restarting' });
 }
 
 async function start(): Promise<() => Promise<void>> {

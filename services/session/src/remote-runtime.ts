@@ -57,9 +57,12 @@ export class RemoteSessionRuntime implements SessionRuntime {
   reset(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
       if (await this.tell(instanceId, 'reset', true)) return;
-      // No session holds the credentials: clear them here so the next start pairs again.
+      // No session holds the credentials: clear them here so the next start pairs again. The
+      // record no longer shows the connection the killed session left in it: the session that
+      // takes over starts pairing (or, paused, none runs).
       await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
-      await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+      const paused = (await this.opts.db('instances').where({ id: instanceId }).first('paused'))?.paused;
+      if (await recordConnectionState(this.opts.db, instanceId, paused ? 'stopped' : 'starting', { phone: null, reason: 'reset' })) this.opts.relay.kick();
     });
   }
 

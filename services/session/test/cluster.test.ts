@@ -90,6 +90,19 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
   });
 
+  it('a reset with no session running clears the connection its killed session left in the record', async () => {
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
+    for (const paused of [false, true]) {
+      // What a session killed with kill -9 leaves: connected as a phone, and its credentials.
+      const instanceId = await env.createInstance({ paused, state: 'connected', phone: '5511900002222' });
+      await remote.reset(instanceId);
+      const row = await instanceRow(env.db, instanceId);
+      assert.deepEqual([row.state, row.phone], [paused ? 'stopped' : 'starting', null], `paused: ${paused}`);
+      const updates = await eventsOf(env.db, instanceId, 'connection.update');
+      assert.deepEqual(updates.map((e) => e.data), [{ state: row.state, previousState: 'connected', phone: null, reason: 'reset' }]);
+    }
+  });
+
   it('concurrent starts and stops through the gateway end in the run state of the last one called', async () => {
     const instanceId = await env.createInstance();
     const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
@@ -129,6 +142,28 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       rmSync(dataDir, { recursive: true, force: true });
     }
     await assert.rejects(fetch(`http://127.0.0.1:${port}/health`), 'the port closes with the process');
+  });
+
+  it('a stopping session process leaves its instance reconnecting, or stopped when it was paused behind its back', async () => {
+    for (const pausedMeanwhile of [false, true]) {
+      const instanceId = await env.createInstance({ paused: false });
+      const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-stop-'));
+      const cfg = loadSessionConfig({
+        INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
+        ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error',
+      });
+      const shutdown = await runSessionProcess(cfg);
+      try {
+        await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+        // A disconnect whose stop never reached this process (the bus was down): only the record says paused.
+        if (pausedMeanwhile) await env.db('instances').where({ id: instanceId }).update({ paused: true });
+      } finally {
+        await shutdown();
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+      const row = await instanceRow(env.db, instanceId);
+      assert.equal(row.state, pausedMeanwhile ? 'stopped' : 'reconnecting', `paused meanwhile: ${pausedMeanwhile}`);
+    }
   });
 });
 
