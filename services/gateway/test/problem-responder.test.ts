@@ -18,6 +18,7 @@ describe('problemResponder', () => {
     app.use((ctx) => {
       if (ctx.path === '/bug') throw new Error('connection to postgres://user:pw@db failed');
       if (ctx.path === '/not-ready') throw new Problem(503, 'not_ready', 'Not ready: the database did not answer.');
+      if (ctx.path === '/db-down') throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }); // as pg raises it
       if (ctx.path === '/integrity') throw new Problem(500, 'media_integrity_failed', 'The stored file failed its integrity check.');
       if (ctx.path === '/bad') throw new Problem(400, 'validation_failed', 'The request is not valid.');
       if (ctx.path === '/bad-from-koa') throw Object.assign(new Error('Invalid JSON'), { status: 400, expose: true }); // as http-errors raises them
@@ -48,6 +49,16 @@ describe('problemResponder', () => {
     assert.equal((await get('/not-ready')).status, 503);
     assert.equal((await get('/integrity')).status, 500);
     assert.deepEqual(lines.map((l) => [l.level, l.problem, l.err]), [[40, 'not_ready', undefined], [50, 'media_integrity_failed', undefined]]);
+  });
+
+  it('answers a database that cannot be reached with a 503 to retry, logged as a warning without a stack', async () => {
+    const res = await fetch(`http://127.0.0.1:${server.port}/db-down`);
+    assert.equal(res.status, 503);
+    assert.equal(res.headers.get('retry-after'), '1');
+    const body = await res.json();
+    assert.equal(body.code, 'database_unavailable');
+    assert.doesNotMatch(JSON.stringify(body), /ECONNREFUSED|5432/, 'nothing of the error reaches the client');
+    assert.deepEqual(lines.map((l) => [l.level, l.problem, l.err]), [[40, 'database_unavailable', undefined]]);
   });
 
   it('does not log what the client got wrong', async () => {

@@ -65,6 +65,24 @@ export function isForeignKeyViolation(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === FOREIGN_KEY_VIOLATION;
 }
 
+/** Socket errors of a connection to the database server. */
+const CONNECTION_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+/** SQLSTATE classes and codes of a server that is down, starting, stopping or full: 08 connection
+ *  exception, 57P01–57P03 shutdown and start-up, 53300 too many connections. */
+const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
+
+/** Whether a failure means the database cannot be reached now (a restart, a failover, a full pool),
+ *  not that the statement was wrong: worth a 503 and a retry, not a 500. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  if (!e || typeof e !== 'object') return false;
+  if (e.name === 'KnexTimeoutError') return true; // no pool connection became free in time
+  const code = typeof e.code === 'string' ? e.code : '';
+  if (CONNECTION_ERRNOS.has(code) || UNAVAILABLE_STATES.has(code) || (code.length === 5 && code.startsWith('08'))) return true;
+  // node-postgres reports a connection lost mid-query without a code.
+  return typeof e.message === 'string' && /^Connection terminated/.test(e.message);
+}
+
 /** Query options (knex `.options()`) that run a constant statement as a named prepared statement
  *  on PostgreSQL: parsed and planned once per connection instead of on every call. PGlite ignores
  *  the name. The text under one name must never change. */

@@ -2,7 +2,7 @@
 // a generic detail: the stack trace goes to the log, never to the client.
 import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
-import { Problem, scrubCredentials, type Logger } from '@switchboard/core';
+import { isDatabaseUnavailable, Problem, scrubCredentials, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
@@ -28,10 +28,11 @@ export function problemResponder(log: Logger) {
  *  not ready or too slow (503, 504) is a warning. */
 function logServerSide(log: Logger, ctx: Context, err: unknown, problem: Problem): void {
   if (problem.status < 500) return;
-  if (!(err instanceof Problem)) return log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
   const fields = { path: ctx.path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
-  if (problem.status === 503 || problem.status === 504) log.warn(fields, 'request could not be served now');
-  else log.error(fields, 'request failed');
+  // A dependency not ready (a database restart) is named by its message; its stack says nothing.
+  if (problem.status === 503 || problem.status === 504) return log.warn(err instanceof Problem ? fields : { ...fields, cause: String((err as Error)?.message ?? err) }, 'request could not be served now');
+  if (!(err instanceof Problem)) return log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
+  log.error(fields, 'request failed');
 }
 
 function emptyAnswerProblem(ctx: Context): Problem {
@@ -52,6 +53,9 @@ export function toProblem(err: unknown): Problem {
   if (typeof status === 'number' && status >= 400 && status < 500) {
     if (status === 413) return new Problem(413, 'body_too_large', 'The request body is too large.');
     return new Problem(status, 'bad_request', e.expose && e.message ? e.message : 'The request could not be processed.');
+  }
+  if (isDatabaseUnavailable(err)) {
+    return new Problem(503, 'database_unavailable', 'The database cannot be reached right now; retry shortly (with the same Idempotency-Key for a send).', undefined, { 'Retry-After': '1' });
   }
   return new Problem(500, 'internal_error', 'An unexpected error occurred; it has been logged. Retry later.');
 }

@@ -1,0 +1,44 @@
+// isDatabaseUnavailable tells a database that cannot be reached now (worth a 503 and a retry) from
+// a statement that failed (a 500), on the errors real failures produce.
+import assert from 'node:assert/strict';
+import knexFactory from 'knex';
+import { isDatabaseUnavailable } from '../src/index.ts';
+import { createTestDatabase } from '../../../test/support/services.ts';
+
+/** knex prints acquire errors on the console by itself; the test reads them from the promise. */
+const quiet = { warn() {}, error() {}, debug() {}, deprecate() {} };
+const failureOf = (work: Promise<unknown>): Promise<unknown> => work.then(() => assert.fail('expected a failure'), (e: unknown) => e);
+
+describe('isDatabaseUnavailable', () => {
+  it('knows a server that refuses connections', async () => {
+    const db = knexFactory({ client: 'pg', connection: 'postgres://nobody@127.0.0.1:1/none', log: quiet });
+    try {
+      const err = await failureOf(db.raw('select 1'));
+      assert.ok(isDatabaseUnavailable(err), String(err));
+    } finally {
+      await db.destroy();
+    }
+  });
+
+  it('knows a connection the server ended mid-statement and a pool with none free; not a bad statement', async () => {
+    const created = await createTestDatabase();
+    const db = knexFactory({ client: 'pg', connection: created.url, pool: { min: 0, max: 1 }, acquireConnectionTimeout: 200, log: quiet });
+    const admin = knexFactory({ client: 'pg', connection: created.url, pool: { min: 0, max: 1 } });
+    try {
+      const sleeping = failureOf(db.raw(`select pg_sleep(5), 'held'`));
+      // While the only connection sleeps, no other becomes free in time.
+      const starved = await failureOf(db.raw('select 1'));
+      assert.ok(isDatabaseUnavailable(starved), `starved: ${String(starved)}`);
+      await admin.raw(`select pg_terminate_backend(pid) from pg_stat_activity where query like '%''held''%' and pid <> pg_backend_pid()`);
+      const terminated = (await sleeping) as { code?: string };
+      assert.ok(isDatabaseUnavailable(terminated), `terminated: ${String(terminated)} (${terminated.code})`);
+      const bad = await failureOf(admin.raw('select * from no_such_table'));
+      assert.equal(isDatabaseUnavailable(bad), false, 'a statement error is a fault, not an outage');
+      assert.equal(isDatabaseUnavailable(new Error('something else')), false);
+    } finally {
+      await db.destroy();
+      await admin.destroy();
+      await created.drop();
+    }
+  });
+});
