@@ -36,6 +36,17 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
     return replica;
   };
 
+  /** Another replica that holds one lease and stamps when the test says so. */
+  const otherReplicaWithALease = async () => {
+    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
+    await recordRoutedEvent(db, inst.id);
+    const held = await claimFor('replica-other', 1);
+    const restamp = () => db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-other', now())
+      on conflict (name) do update set seen_at = excluded.seen_at`);
+    await restamp();
+    return { held, restamp };
+  };
+
   it('hands back the leases of a replica gone silent, and only those', async () => {
     const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
     for (let i = 0; i < 6; i++) await recordRoutedEvent(db, inst.id);
@@ -93,12 +104,7 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
   });
 
   it('starts every watch again after its own heartbeats failed (nobody could stamp meanwhile)', async () => {
-    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
-    await recordRoutedEvent(db, inst.id);
-    const held = await claimFor('replica-other', 1);
-    const restamp = () => db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-other', now())
-      on conflict (name) do update set seen_at = excluded.seen_at`);
-    await restamp();
+    const { held, restamp } = await otherReplicaWithALease();
     // The watcher's view of the database, which the test can take away.
     let down = false;
     const refuse = () => {
@@ -126,12 +132,7 @@ describe('dispatcher replica liveness (PostgreSQL)', () => {
   });
 
   it('judges nobody from a read that a stalled database held back (the others could not stamp either)', async () => {
-    const inst = await createInstance(db, { webhook: { url: 'https://a.example/hook' } });
-    await recordRoutedEvent(db, inst.id);
-    const held = await claimFor('replica-other', 1);
-    const restamp = () => db.raw(`insert into dispatcher_replicas (name, seen_at) values ('replica-other', now())
-      on conflict (name) do update set seen_at = excluded.seen_at`);
-    await restamp();
+    const { held, restamp } = await otherReplicaWithALease();
     // The watcher's own connections, through which the test can hold statements back, as a network
     // partition does (TCP delivers them once the link is back), instead of failing them.
     const watcherDb = openDatabase({ databaseUrl: url, dataDir: '/nonexistent' });
