@@ -5,7 +5,7 @@ import type { Context } from 'koa';
 import { timingSafeEqual } from 'node:crypto';
 import { problems, TOKEN_PREFIXES } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
-import type { Auth } from './route.ts';
+import type { CredentialAuth } from './route.ts';
 
 export type Principal =
   | { kind: 'admin' }
@@ -51,8 +51,7 @@ export async function resolvePrincipal(deps: GatewayDeps, token: string | undefi
 }
 
 /** 401 without a valid credential; 403 for a valid one used outside its reach (DESIGN §5). */
-export function authorize(auth: Auth, principal: Principal | undefined, instanceId: string | undefined): void {
-  if (auth === 'none') return;
+export function authorize(auth: CredentialAuth, principal: Principal | undefined, instanceId: string | undefined): void {
   if (!principal) throw problems.unauthorized();
   if (principal.kind === 'admin') return;
   if (auth === 'admin') throw problems.forbidden('This operation needs the administrative key.');

@@ -29,8 +29,11 @@ export function problemResponder(log: Logger) {
 function logServerSide(log: Logger, ctx: Context, err: unknown, problem: Problem): void {
   if (problem.status < 500) return;
   const fields = { path: ctx.path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
-  // A dependency not ready (a database restart) is named by its message; its stack says nothing.
-  if (problem.status === 503 || problem.status === 504) return log.warn(err instanceof Problem ? fields : { ...fields, cause: String((err as Error)?.message ?? err) }, 'request could not be served now');
+  if (problem.status === 503 || problem.status === 504) {
+    // A dependency not ready (a database restart) is named by its message; its stack says nothing.
+    const cause = err instanceof Problem ? undefined : String((err as Error)?.message ?? err);
+    return log.warn({ ...fields, cause }, 'request could not be served now');
+  }
   if (!(err instanceof Problem)) return log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
   log.error(fields, 'request failed');
 }

@@ -8,9 +8,11 @@ import type { Principal } from './auth.ts';
 /** Who may call a route. `any-or-link`: a credential of the instance, or a signed link in the
  *  query instead; the handler checks both (only it can verify the link). */
 export type Auth = 'none' | 'admin' | 'any' | 'any-or-link';
+/** The kinds the app checks itself, before the handler runs. */
+export type CredentialAuth = 'admin' | 'any';
 
 /** Whether the app resolves and checks a Bearer credential before the handler runs. */
-export function checkedBeforeHandler(auth: Auth): auth is 'admin' | 'any' {
+export function checkedBeforeHandler(auth: Auth): auth is CredentialAuth {
   return auth === 'admin' || auth === 'any';
 }
 

@@ -27,6 +27,10 @@ export function durationSeconds(ffmpegOutput: string): number | undefined {
   // Anchored to ffmpeg's own line, so a metadata tag of the file cannot supply it.
   const m = /^ {2}Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)/m.exec(ffmpegOutput);
   if (!m) return undefined;
-  const seconds = Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
-  return seconds > 0 ? Math.max(1, Math.round(seconds)) : undefined;
+  return wholeSeconds(Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3])) || undefined;
+}
+
+/** A playing time as the network shows it: whole seconds, at least 1 for anything that plays. */
+export function wholeSeconds(seconds: number): number {
+  return seconds > 0 ? Math.max(1, Math.round(seconds)) : 0;
 }

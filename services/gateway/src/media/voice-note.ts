@@ -4,6 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Problem } from '@switchboard/core';
 import { INPUT_FILE_ONLY, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
+import { wholeSeconds } from './duration.ts';
 
 export type VoiceNoteOptions = FfmpegOptions;
 
@@ -27,7 +28,7 @@ export async function convertToVoiceNote(bytes: Uint8Array, opts: VoiceNoteOptio
   });
   const seconds = oggOpusSeconds(ogg);
   if (seconds === undefined) throw conversionFailed('the converted file contains no audio');
-  return { bytes: ogg, seconds: seconds > 0 ? Math.max(1, Math.round(seconds)) : 0 };
+  return { bytes: ogg, seconds: wholeSeconds(seconds) };
 }
 
 function opusArguments(input: string, output: string): string[] {
