@@ -161,6 +161,30 @@ describe('JetStreamBus', () => {
       assert.deepEqual(events, ['e1', 'e2']);
     });
 
+    it('does not hold a single-owner queue for the ack wait when an ack is lost with the server', async () => {
+      bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'lostack', log, pullExpiresMs: 60_000, publishRetryMs: 20_000 });
+      const got: string[] = [];
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      const opts = { stream: 'commands', filter: 'cmd.inst', durable: 'session-inst', maxAckPending: 1, ackWaitMs: 120_000, singleOwner: true } as const;
+      await bus.consume(opts, async (m) => {
+        got.push(str(m.data));
+        if (str(m.data) === 'held') await released; // finishes, and acks, while the server is down
+      });
+      await bus.publish('cmd.inst', text('held'), { msgId: 'held' });
+      await waitFor(() => got.length === 1, 'the held command');
+
+      await server.kill();
+      release();
+      await new Promise((r) => setTimeout(r, 200));
+      await server.restart();
+
+      await bus.publish('cmd.inst', text('next'), { msgId: 'next' });
+      // Without a release on reconnect, "held" stays unacknowledged for the 120 s ack wait and
+      // "next" waits behind it (max_ack_pending 1).
+      await waitFor(() => got.includes('next'), 'the command published after the restart', 20_000);
+    });
+
     it('recreates its streams and consumers when NATS comes back with empty storage', async () => {
       bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'wiped', log, pullExpiresMs: 2000, publishRetryMs: 20_000 });
       const got: string[] = [];

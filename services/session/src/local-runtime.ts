@@ -59,6 +59,25 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
+  /** Stops the worker of an instance the database says is paused: a stop request that never
+   *  reached this process (cluster mode, NATS down). Read in the lane, so a start queued after
+   *  that stop wins. */
+  stopIfPaused(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, async () => {
+      const row = await this.opts.db('instances').where({ id: instanceId }).first('paused');
+      const worker = this.workers.get(instanceId);
+      if (!row?.paused || !worker) return;
+      this.opts.log.warn({ instanceId }, 'session: the instance was paused without this session hearing of it; stopping');
+      this.workers.delete(instanceId);
+      await worker.stop({ state: 'stopped', reason: 'paused' });
+    });
+  }
+
+  /** Not awaited: the send handler that noticed the pause must return before its worker can stop. */
+  private stopIfPausedLater(instanceId: string): void {
+    this.stopIfPaused(instanceId).catch((err: unknown) => this.opts.log.warn({ instanceId, err: String(err) }, 'session: could not stop the paused instance; its sends stay held'));
+  }
+
   reset(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
       const worker = this.workers.get(instanceId);
@@ -110,7 +129,7 @@ export class LocalSessionRuntime implements SessionRuntime {
 
   private async startWorker(instanceId: string): Promise<void> {
     if (this.closed || this.workers.has(instanceId)) return;
-    const worker = new SessionWorker({ ...this.opts, instanceId });
+    const worker = new SessionWorker({ ...this.opts, instanceId, pausedMeanwhile: () => this.stopIfPausedLater(instanceId) });
     this.workers.set(instanceId, worker);
     await worker.start();
   }

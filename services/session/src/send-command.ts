@@ -29,12 +29,21 @@ export interface SendCommandDeps {
   refreshSettings(): Promise<unknown>;
   /** Called after each commit that recorded events, so the relay publishes them now. */
   eventsRecorded(): void;
+  /** The instance was found paused while this session still consumes: a stop it did not hear of. */
+  pausedMeanwhile(): void;
 }
 
 export class NotConnectedError extends Error {
   constructor() {
     super('the session is not connected; the command will be redelivered');
     this.name = 'NotConnectedError';
+  }
+}
+
+export class InstancePausedError extends Error {
+  constructor() {
+    super('the instance is paused; the command will be redelivered once it is started again');
+    this.name = 'InstancePausedError';
   }
 }
 
@@ -98,13 +107,23 @@ export class SendCommandHandler {
     }
   }
 
-  /** queued → sending under a row lock, so a cancel or the sweeper cannot slip in between. */
+  /** queued → sending under a row lock, so a cancel or the sweeper cannot slip in between. Nothing
+   *  is sent for a paused instance: a disconnect whose stop request never reached this session
+   *  (NATS down, a time-out) has already answered, and its pause must hold. */
   private async claim(item: SendItemRow): Promise<boolean> {
-    return this.deps.db.transaction(async (trx) => {
-      const row = await trx('send_items').where({ id: item.id }).forUpdate().first('status', 'expires_at');
+    const claimed = await this.deps.db.transaction(async (trx) => {
+      const row = await trx('send_items')
+        .join('instances', 'instances.id', 'send_items.instance_id')
+        .where('send_items.id', item.id)
+        .forUpdate('send_items')
+        .first('send_items.status', 'instances.paused');
       if (!row || row.status !== 'queued') return false;
+      if (row.paused) return 'paused';
       return markSending(trx, item);
     });
+    if (claimed !== 'paused') return claimed;
+    this.deps.pausedMeanwhile();
+    throw new InstancePausedError();
   }
 
   private async recordSendError(item: SendItemRow, err: unknown): Promise<void> {

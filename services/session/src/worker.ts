@@ -52,6 +52,8 @@ export interface SessionWorkerOptions {
   /** How often a consuming session looks again for queued items older than the commands stream
    *  keeps commands (default 1 h; see requeueOldItems). */
   oldItemsCheckMs?: number;
+  /** A send found the instance paused: the runtime stops this worker as a stop request would. */
+  pausedMeanwhile?: () => void;
 }
 
 export class SessionWorker {
@@ -84,6 +86,7 @@ export class SessionWorker {
       connectedDriver: () => (this.connection === 'connected' ? this.driver : undefined),
       refreshSettings: () => this.settings.reload(), // a setting changed just before a send applies to it
       eventsRecorded: () => opts.relay.kick(),
+      pausedMeanwhile: () => opts.pausedMeanwhile?.(),
     });
   }
 

@@ -276,6 +276,19 @@ for (const nats of [false, true]) {
       await assert.rejects(runtime.call(instanceId, 'pairing-code', { phone: '5511922223333' }), (e: any) => e.status === 409);
     });
 
+    it('a pause the session never heard of (its stop request lost) holds: nothing is sent, the session stops', async () => {
+      await connect();
+      // The gateway paused the instance and answered; its stop request did not reach the session.
+      await env.db('instances').where({ id: instanceId }).update({ paused: true });
+      const held = await enqueueSend(env, instanceId, { phone: OK, text: 'after the pause' });
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'stopped', 'the session stopping itself');
+      assert.equal(runtime.worker(instanceId), undefined);
+      assert.equal(await itemStatus(env.db, held.id), 'queued');
+      // The command was handed back, not dropped: a start sends the item.
+      await runtime.start(instanceId);
+      await waitStatus(held.id, 'read');
+    });
+
     it('concurrent starts and stops end in the run state of the last one called', async () => {
       await connect();
       for (const last of ['stop', 'start'] as const) {

@@ -55,6 +55,13 @@ export class ConsumeLoop implements Subscription {
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
 
+  /** The connection to NATS came back. A delivery or an ack can be lost with the old connection, and
+   *  a single-owner queue would then wait the whole ack wait (max_ack_pending 1): restarting the
+   *  subscription releases what no handler holds, as at any restart. */
+  reconnected(): void {
+    if (this.opts.releaseStranded) this.messages?.stop();
+  }
+
   private get stopped(): boolean {
     return this.stopping.signal.aborted;
   }

@@ -99,7 +99,7 @@ export class JetStreamBus implements Bus {
       const bus = new JetStreamBus(nc, jetstream(nc), await jetstreamManager(nc), opts);
       await bus.ensureStream('commands');
       await bus.ensureStream('events');
-      bus.logConnectionChanges();
+      bus.watchConnection();
       return bus;
     } catch (err) {
       await nc.close();
@@ -334,10 +334,11 @@ export class JetStreamBus implements Bus {
     }
   }
 
-  private logConnectionChanges(): void {
+  private watchConnection(): void {
     void (async () => {
       for await (const s of this.nc.status()) {
         if (s.type === 'disconnect' || s.type === 'reconnect') this.opts.log.warn({ nats: s.type }, 'bus: NATS connection changed');
+        if (s.type === 'reconnect') for (const loop of this.loops) loop.reconnected();
       }
     })();
   }
