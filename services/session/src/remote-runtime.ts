@@ -109,11 +109,25 @@ export class RemoteSessionRuntime implements SessionRuntime {
   }
 }
 
+/** The API's answer for a request the session could not serve: the codes embedded mode gives for
+ *  the same situation, and details that name no bus subject or server internals. */
 function toProblem(err: unknown): Problem {
   if (err instanceof Problem) return err;
-  if (err instanceof RpcError) {
-    if (err.code === 'session_not_running') return new Problem(409, 'instance_not_running', 'The instance session is not running; connect it first.');
-    return new Problem(err.status, err.code, err.message);
+  if (!(err instanceof RpcError)) return busUnavailable(); // the bus is closed or failed locally
+  switch (err.code) {
+    case 'session_not_running':
+      return new Problem(409, 'instance_not_running', 'The instance session is not running; connect it first.');
+    case 'session_timeout':
+      return new Problem(504, 'session_timeout', 'The instance session did not answer in time; retry shortly.');
+    case 'bus_unavailable':
+      return busUnavailable();
+    case 'internal':
+      return new Problem(500, 'internal_error', 'The instance session failed to serve the request; it has been logged. Retry later.');
+    default:
+      return new Problem(err.status, err.code, err.message); // the session's own answer (a Problem there)
   }
-  return new Problem(504, 'session_timeout', 'The instance session did not answer in time.');
+}
+
+function busUnavailable(): Problem {
+  return new Problem(503, 'bus_unavailable', 'The message bus (NATS) cannot be reached right now; retry shortly.', undefined, { 'Retry-After': '1' });
 }

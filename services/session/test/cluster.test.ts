@@ -5,7 +5,8 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, Problem } from '@switchboard/core';
+import { ConfigError, Problem, subjects } from '@switchboard/core';
+import { openBus } from '@switchboard/core/bus/index';
 import { freePort } from '../../../test/support/server.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
 import { expirySweepIntervalMs, startExpirySweeper } from '../src/expiry-sweeper.ts';
@@ -101,6 +102,33 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       const updates = await eventsOf(env.db, instanceId, 'connection.update');
       assert.deepEqual(updates.map((e) => e.data), [{ state: row.state, previousState: 'connected', phone: null, reason: 'reset' }]);
     }
+  });
+
+  it('a session that fails, is too slow or cannot be reached answers as documented, naming no internals', async () => {
+    const instanceId = await env.createInstance();
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
+    const failing = await env.bus.serve(subjects.rpc(instanceId, 'pairing-code'), async () => {
+      throw new Error('connection refused by 10.0.0.7:5432 (password=hunter2)');
+    });
+    const slow = await env.bus.serve(subjects.rpc(instanceId, 'sandbox.scan'), () => new Promise(() => undefined));
+    const answer = async (call: Promise<unknown>) => {
+      const err = await call.then(() => assert.fail('resolved'), (e: unknown) => e as Problem);
+      assert.ok(err instanceof Problem);
+      assert.doesNotMatch(JSON.stringify(err.toJSON()), /rpc\.|10\.0\.0\.7|hunter2|nothing is serving/);
+      return [err.status, err.code, err.headers['Retry-After']];
+    };
+    try {
+      assert.deepEqual(await answer(remote.call(instanceId, 'pairing-code', {})), [500, 'internal_error', undefined]);
+      assert.deepEqual(await answer(remote.call(instanceId, 'sandbox.scan', {})), [504, 'session_timeout', undefined]);
+      assert.deepEqual(await answer(remote.call(instanceId, 'sandbox.inbound', {})), [409, 'instance_not_running', undefined]);
+    } finally {
+      await failing.stop();
+      await slow.stop();
+    }
+    const closedBus = await openBus({ natsUrl: NATS_URL, namespace: env.namespace, log: env.log });
+    await closedBus.close();
+    const cut = new RemoteSessionRuntime({ db: env.db, bus: closedBus, crypto: env.crypto, log: env.log, relay: env.relay });
+    assert.deepEqual(await answer(cut.call(instanceId, 'pairing-code', {})), [503, 'bus_unavailable', '1']);
   });
 
   it('concurrent starts and stops through the gateway end in the run state of the last one called', async () => {
