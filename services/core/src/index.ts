@@ -1,7 +1,8 @@
 export * from './config.ts';
 export * from './problem.ts';
 export { withDeadline } from './deadline.ts';
-export { sessionLockKey } from './session-lock.ts';
+export { sessionLockKey, noSessionHolds } from './session-lock.ts';
+export * from './connection-state.ts';
 export * from './ids.ts';
 export * from './text.ts';
 export * from './crypto.ts';

@@ -71,7 +71,7 @@ export class InstanceReconciler {
       if (pod !== 'absent') {
         await this.stopPod(instance, pod);
         waiting = true;
-      } else if (!(await this.d.store.resetSession(name, Boolean(instance.spec.paused)))) {
+      } else if (!(await this.d.store.resetSession(name))) {
         waiting = true; // its pod is gone, but its session still runs somewhere (see removeStuckPod)
       } else {
         // Recorded before a new pod starts: were this write lost after the pod started, the retry

@@ -2,7 +2,7 @@
 // (services/core/src/db/migrations/001_foundation.ts). Every write is idempotent, so a reconcile
 // that is interrupted and repeated leaves the same rows.
 import type { Knex } from 'knex';
-import { randomToken, sessionLockKey, TOKEN_PREFIXES, type Crypto } from '@switchboard/core';
+import { noSessionHolds, randomToken, recordConnectionState, resetUnheldSession, TOKEN_PREFIXES, type Crypto } from '@switchboard/core';
 import type { SessionState } from './resources.ts';
 
 export interface InstanceRow {
@@ -70,25 +70,22 @@ export class InstanceStore {
     const patch: Record<string, unknown> = {};
     if (current.name !== desired.name) patch.name = desired.name;
     if (current.projectId !== projectId) patch.project_id = projectId;
-    if (current.paused !== desired.paused) {
-      patch.paused = desired.paused;
-      patch.state = desired.paused ? 'stopped' : 'starting';
-    }
+    if (current.paused !== desired.paused) patch.paused = desired.paused;
     if (!Object.keys(patch).length) return;
-    await this.db('instances').where({ id: desired.id }).update({ ...patch, updated_at: this.db.fn.now() });
+    await this.db.transaction(async (trx) => {
+      await trx('instances').where({ id: desired.id }).update({ ...patch, updated_at: trx.fn.now() });
+      // Paused or started on the resource (kubectl), not through the API: the record and its
+      // event say so now; the session that stops or starts next finds them already said.
+      if ('paused' in patch) {
+        await recordConnectionState(trx, desired.id, desired.paused ? 'stopped' : 'starting', { reason: desired.paused ? 'paused' : null });
+      }
+    });
   }
 
   /** Erases the session's pairing (auth state) so it starts fresh. False, changing nothing, while
    *  a session still holds the instance. */
-  async resetSession(id: string, paused: boolean): Promise<boolean> {
-    return this.db.transaction(async (trx) => {
-      if (!(await noSessionHolds(trx, id))) return false;
-      await trx('auth_state').where({ instance_id: id }).delete();
-      await trx('instances')
-        .where({ id })
-        .update({ phone: null, qr_code: null, state: paused ? 'stopped' : 'starting', updated_at: trx.fn.now() });
-      return true;
-    });
+  async resetSession(id: string): Promise<boolean> {
+    return resetUnheldSession(this.db, id);
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
@@ -119,14 +116,4 @@ export class InstanceStore {
 
 function toRow(r: Record<string, any>): InstanceRow {
   return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null };
-}
-
-/**
- * Whether no session holds the instance's owner lock, and none can take it before `trx` ends.
- * Its pod being gone is not enough: a pod force-deleted on a node cut off from the API server
- * may still run there, connected to the database and to WhatsApp.
- */
-async function noSessionHolds(trx: Knex.Transaction, id: string): Promise<boolean> {
-  const { rows } = await trx.raw('SELECT pg_try_advisory_xact_lock(?::bigint) AS free', [sessionLockKey(id)]);
-  return Boolean(rows[0]?.free);
 }

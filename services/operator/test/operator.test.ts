@@ -34,9 +34,9 @@ describe('operator: Instance and Project reconciliation', function () {
     t = await openTestDb();
     podsDuringReset = [];
     store = new (class extends InstanceStore {
-      override async resetSession(id: string, paused: boolean): Promise<boolean> {
+      override async resetSession(id: string): Promise<boolean> {
         podsDuringReset.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
-        if (!(await super.resetSession(id, paused))) return false;
+        if (!(await super.resetSession(id))) return false;
         const hook = afterNextReset;
         afterNextReset = undefined;
         hook?.(id);
@@ -67,6 +67,8 @@ describe('operator: Instance and Project reconciliation', function () {
   const instance = (name: string) => fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, name);
   const pod = (id: string) => fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName(id));
   const row = (id: string) => t.db('instances').where({ id }).first();
+  const connectionUpdates = async (id: string) =>
+    (await t.db('events').where({ instance_id: id, type: 'connection.update' }).orderBy('created_at').orderBy('id')).map((e) => JSON.parse(e.body).data);
   const createInstance = (name: string, spec: Record<string, unknown>) =>
     kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name }, spec } });
   const patchSpec = (name: string, spec: Record<string, unknown>) =>
@@ -134,6 +136,9 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.equal((await row('inst-kubectl')).paused, false);
       assert.equal(condition('inst-kubectl', 'Ready')?.reason, 'SessionRunning');
     });
+    // Paused and resumed on the resource, not through the API: clients hear of both.
+    const updates = (await connectionUpdates('inst-kubectl')).slice(-2);
+    assert.deepEqual(updates.map((d) => [d.state, d.reason]), [['stopped', 'paused'], ['starting', null]]);
   });
 
   it('resets: stops the pod, erases the pairing while no pod runs, starts a new pod, records lastResetAt', async () => {
@@ -152,6 +157,8 @@ describe('operator: Instance and Project reconciliation', function () {
     const record = await row('inst-kubectl');
     assert.equal(record.phone, null);
     assert.equal(record.state, 'starting');
+    const [last] = (await connectionUpdates('inst-kubectl')).slice(-1);
+    assert.deepEqual(last, { state: 'starting', previousState: 'connected', phone: null, reason: 'reset' });
   });
 
   it('records a finished reset before it starts the new pod, so a conflict never restarts the fresh session', async () => {
@@ -273,7 +280,7 @@ describe('operator: Instance and Project reconciliation', function () {
     const session = ownerLockFor(t.db, 'inst-held', () => undefined);
     assert.equal(await session.tryAcquire(), true);
     try {
-      assert.equal(await store.resetSession('inst-held', false), false, 'no pairing erased under a running session');
+      assert.equal(await store.resetSession('inst-held'), false, 'no pairing erased under a running session');
       await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-held' });
       await eventually(() => assert.equal(pod('inst-held'), undefined));
       await new Promise((r) => setTimeout(r, 500)); // several finalizer rounds (100 ms)

@@ -1,8 +1,7 @@
 // LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
 // per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
 // at server start brings back every instance that is not paused (connected ones without a scan).
-import { DbAuthStore, problems, type SessionRuntime } from '@switchboard/core';
-import { recordConnectionState } from './connection-state.ts';
+import { DbAuthStore, problems, recordConnectionState, type SessionRuntime } from '@switchboard/core';
 import { callSessionOp } from './session-ops.ts';
 import { InstanceLanes } from './instance-lanes.ts';
 import { SessionWorker, type SessionWorkerOptions } from './worker.ts';

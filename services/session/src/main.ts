@@ -2,9 +2,8 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
+import { Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
-import { recordConnectionState } from './connection-state.ts';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
 import { mediaArchive } from './media-archive.ts';

@@ -5,6 +5,8 @@ import {
   DbAuthStore,
   Problem,
   problems,
+  recordConnectionState,
+  resetUnheldSession,
   RpcError,
   subjects,
   type Bus,
@@ -13,7 +15,6 @@ import {
   type Logger,
   type SessionRuntime,
 } from '@switchboard/core';
-import { recordConnectionState } from './connection-state.ts';
 import { InstanceLanes } from './instance-lanes.ts';
 
 export interface RemoteRuntimeOptions {
@@ -56,13 +57,19 @@ export class RemoteSessionRuntime implements SessionRuntime {
 
   reset(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
-      if (await this.tell(instanceId, 'reset', true)) return;
-      // No session holds the credentials: clear them here so the next start pairs again. The
-      // record no longer shows the connection the killed session left in it: the session that
-      // takes over starts pairing (or, paused, none runs).
-      await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
-      const paused = (await this.opts.db('instances').where({ id: instanceId }).first('paused'))?.paused;
-      if (await recordConnectionState(this.opts.db, instanceId, paused ? 'stopped' : 'starting', { phone: null, reason: 'reset' })) this.opts.relay.kick();
+      const deadline = Date.now() + this.timeoutMs();
+      for (;;) {
+        if (await this.tell(instanceId, 'reset', true)) return;
+        // No session answers: erase the pairing here so the next start pairs again. The record no
+        // longer shows the connection a killed session left in it.
+        if (await resetUnheldSession(this.opts.db, instanceId)) return this.opts.relay.kick();
+        // A session still holds the instance without answering: it is stopping (it stops serving
+        // requests before it lets go of the instance), or starting.
+        if (Date.now() >= deadline) {
+          throw new Problem(503, 'session_busy', 'The instance session is stopping or starting; retry the reset shortly.', undefined, { 'Retry-After': '1' });
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
     });
   }
 

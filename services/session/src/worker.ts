@@ -7,6 +7,7 @@ import {
   DbAuthStore,
   enqueueOutbox,
   problems,
+  recordConnectionState,
   subjects,
   type Bus,
   type ConnectionState,
@@ -16,9 +17,9 @@ import {
   type DriverListener,
   type Logger,
   type NetworkDriver,
+  type StateInfo,
   type Subscription,
 } from '@switchboard/core';
-import { recordConnectionState, type StateInfo } from './connection-state.ts';
 import { recordInbound, recordPresence } from './inbound.ts';
 import type { MediaArchive } from './media-archive.ts';
 import { ownerLockFor, type OwnerLock } from './owner-lock.ts';

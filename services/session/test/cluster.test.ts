@@ -11,6 +11,7 @@ import { freePort } from '../../../test/support/server.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
 import { expirySweepIntervalMs, startExpirySweeper } from '../src/expiry-sweeper.ts';
 import { loadSessionConfig, runSessionProcess } from '../src/main.ts';
+import { ownerLockFor } from '../src/owner-lock.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
 import { serveSessionRpc } from '../src/rpc-server.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
@@ -102,6 +103,28 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       const updates = await eventsOf(env.db, instanceId, 'connection.update');
       assert.deepEqual(updates.map((e) => e.data), [{ state: row.state, previousState: 'connected', phone: null, reason: 'reset' }]);
     }
+  });
+
+  it('a reset erases nothing under a session that holds the instance without answering (stopping)', async () => {
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
+    const instanceId = await env.createInstance({ paused: false, state: 'connected', phone: '5511900002222' });
+    await env.db('auth_state').insert({ instance_id: instanceId, category: 'creds', key_id: 'me', value_sealed: env.crypto.seal('{}') });
+    const stopping = ownerLockFor(env.db, instanceId, () => undefined);
+    assert.equal(await stopping.tryAcquire(), true);
+    try {
+      await assert.rejects(remote.reset(instanceId), (e: unknown) => e instanceof Problem && e.status === 503 && e.code === 'session_busy' && e.headers['Retry-After'] === '1');
+      assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length, 1, 'the credentials stay');
+      assert.equal((await instanceRow(env.db, instanceId)).state, 'connected');
+      // Let go while the next reset waits: it erases the pairing then.
+      const reset = remote.reset(instanceId);
+      await new Promise((r) => setTimeout(r, 100));
+      await stopping.release();
+      await reset;
+    } finally {
+      await stopping.release();
+    }
+    assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length, 0);
+    assert.deepEqual(Object.values(await env.db('instances').where({ id: instanceId }).first('state', 'phone')), ['starting', null]);
   });
 
   it('a session that fails, is too slow or cannot be reached answers as documented, naming no internals', async () => {

@@ -1,0 +1,46 @@
+// The instance row's connection (state, phone, QR) and its `connection.update` {state,
+// previousState, phone, reason} event, written together. Sessions record what their driver
+// reports; the gateway and the operator record what they decide while no session runs (a stop, a
+// reset, a pause set on the resource), so clients see every change as an event.
+import type { Knex } from 'knex';
+import { recordEvent } from './events.ts';
+import type { ConnectionState } from './network.ts';
+import { noSessionHolds } from './session-lock.ts';
+
+export interface StateInfo {
+  qr?: string | null;
+  phone?: string | null;
+  reason?: string | null;
+}
+
+/** Returns true when the state changed (and an event was recorded). */
+export async function recordConnectionState(db: Knex, instanceId: string, state: ConnectionState, info: StateInfo = {}): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    const row = await trx('instances').where({ id: instanceId }).select('state', 'phone', 'qr_code').forUpdate().first();
+    if (!row) return false; // the instance was deleted meanwhile
+    const phone = info.phone !== undefined ? info.phone : state === 'logged_out' ? null : row.phone;
+    // The QR is only meaningful while waiting for a scan.
+    const qr = state === 'awaiting_scan' ? (info.qr ?? row.qr_code) : null;
+    await trx('instances').where({ id: instanceId }).update({ state, phone, qr_code: qr, updated_at: trx.fn.now() });
+    if (row.state === state) return false;
+    await recordEvent(trx, {
+      instanceId,
+      type: 'connection.update',
+      data: { state, previousState: row.state, phone, reason: info.reason ?? null },
+    });
+    return true;
+  });
+}
+
+/** Erases the pairing of an instance no session holds: its credentials, its phone. The record then
+ *  shows the state the next session starts from — `starting`, or `stopped` when paused — reason
+ *  `reset`. False, changing nothing, while a session holds the instance (see noSessionHolds). */
+export async function resetUnheldSession(db: Knex, instanceId: string): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    if (!(await noSessionHolds(trx, instanceId))) return false;
+    await trx('auth_state').where({ instance_id: instanceId }).delete();
+    const row = await trx('instances').where({ id: instanceId }).first('paused');
+    if (row) await recordConnectionState(trx, instanceId, row.paused ? 'stopped' : 'starting', { phone: null, reason: 'reset' });
+    return true;
+  });
+}
