@@ -11,7 +11,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { createLogger } from '../src/logger.ts';
 import { JetStreamBus, openBus } from '../src/bus/index.ts';
-import { subjects, type Bus } from '../src/bus/types.ts';
+import { RpcError, subjects, type Bus } from '../src/bus/types.ts';
 import { NATS_URL, deleteNamespaceStreams, testNamespace } from '../../../test/support/services.ts';
 import { defineBusContract, waitFor } from './bus-contract.ts';
 
@@ -116,6 +116,22 @@ describe('JetStreamBus', () => {
     await bus.publish(subjects.command(inst), text('slow'));
     await waitFor(async () => deliveries.length === 1 && (await bus.pending('commands', `d-${inst}`)) === 0, 'the ack');
     assert.deepEqual(deliveries, [1]);
+  });
+
+  it('refuses a request larger than the server carries with 413, not as an outage to retry', async () => {
+    bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace, log });
+    const served = await bus.serve(subjects.rpc('big', 'echo'), async (d) => d);
+    try {
+      assert.equal((await bus.request(subjects.rpc('big', 'echo'), new Uint8Array(1000), 2000)).length, 1000);
+      await assert.rejects(bus.request(subjects.rpc('big', 'echo'), new Uint8Array(2 * 1024 * 1024), 2000), (err: unknown) => {
+        assert.ok(err instanceof RpcError);
+        assert.deepEqual([err.status, err.code], [413, 'request_too_large']);
+        assert.match(err.message, /2097152 bytes.*max_payload: \d+ bytes/);
+        return true;
+      });
+    } finally {
+      await served.stop();
+    }
   });
 
   it('rejects Nats- headers, which are reserved', async () => {

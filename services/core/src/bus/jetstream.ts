@@ -183,7 +183,7 @@ export class JetStreamBus implements Bus {
     try {
       reply = await this.nc.request(this.names.subject(subject), data, { timeout: timeoutMs });
     } catch (err) {
-      throw requestFailure(err, subject, timeoutMs);
+      throw requestFailure(err, subject, timeoutMs, data.length, this.nc.info?.max_payload);
     }
     const status = reply.headers?.get(RPC_STATUS);
     if (status) throw new RpcError(Number(status), reply.headers!.get(RPC_CODE), reply.string());
@@ -348,10 +348,12 @@ export class JetStreamBus implements Bus {
   }
 }
 
-function requestFailure(err: unknown, subject: string, timeoutMs: number): RpcError {
+function requestFailure(err: unknown, subject: string, timeoutMs: number, size: number, maxPayload: number | undefined): RpcError {
   const e = err as Error & { isNoResponders?: () => boolean };
   if (e.name === 'NoResponders' || (e.name === 'RequestError' && e.isNoResponders?.())) return rpcErrors.notRunning(subject);
   if (e.name === 'TimeoutError') return rpcErrors.timeout(subject, timeoutMs);
+  // Retrying cannot help a request larger than the server's max_payload: not a 503.
+  if (maxPayload !== undefined && size > maxPayload) return rpcErrors.tooLarge(size, maxPayload);
   return rpcErrors.unavailable();
 }
 
