@@ -72,6 +72,8 @@ export async function listEventsWithDelivery(db: Knex | Knex.Transaction, instan
       'd.last_status_code',
       'd.last_error',
       'd.next_attempt_at',
+      'd.lease_until',
+      'd.updated_at',
       'd.delivered_at',
     );
   return rows.map(toEventWithDelivery);
@@ -92,10 +94,16 @@ function toEventWithDelivery(row: Record<string, any>): EventWithDelivery {
       attempts: row.attempts ?? 0,
       lastStatusCode: row.last_status_code ?? null,
       lastError: row.last_error ?? null,
-      nextAttemptAt: iso(row.next_attempt_at),
+      nextAttemptAt: iso(underWay(row) ? row.updated_at : row.next_attempt_at),
       deliveredAt: iso(row.delivered_at),
     },
   };
+}
+
+/** A dispatcher holds the delivery for an attempt: its next_attempt_at is the end of that lease
+ *  (see dispatcher/src/store.ts), and the attempt it made due is the one under way since the claim. */
+function underWay(row: Record<string, any>): boolean {
+  return row.lease_until != null && row.next_attempt_at != null && new Date(row.lease_until).getTime() === new Date(row.next_attempt_at).getTime();
 }
 
 function iso(value: Date | string | null | undefined): string | null {

@@ -433,6 +433,23 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal((await listEventsWithDelivery(db, inst.id, 1)).length, 1);
   });
 
+  it('lists a delivery whose attempt is under way as due (its claim time), not at the end of its lease', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    receiver.respondWith(() => ({ status: 200, until: answered }));
+    const event = await recordRoutedEvent(db, inst.id, 'message.sent', { messageId: 'slow' });
+    start(db);
+    await waitFor('the attempt to start', () => receiver.requests.length === 1);
+    const [under] = await listEventsWithDelivery(db, inst.id, 1);
+    const { now } = (await db.raw('SELECT now() AS now')).rows[0];
+    assert.equal(under.delivery.status, 'pending');
+    assert.ok(Date.parse(under.delivery.nextAttemptAt!) <= new Date(now).getTime(), `nextAttemptAt ${under.delivery.nextAttemptAt} should not be in the future`);
+    answer();
+    await waitForStatus(db, event.id, 'delivered');
+    assert.equal((await listEventsWithDelivery(db, inst.id, 1))[0].delivery.nextAttemptAt, null);
+  });
+
   it('webhook save cancels only open deliveries whose URL was removed', async () => {
     const keep = 'https://keep.example.com/h';
     const drop1 = 'https://drop.example.com/h';
