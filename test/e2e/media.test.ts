@@ -133,6 +133,20 @@ describe('media end to end', function () {
     assert.equal(quoted.status, 400, 'an API mimetype must be header-safe');
   });
 
+  it('downloads keep a long file name and mimetype whole, in headers a strict parser takes', async () => {
+    const fileName = `it's (1)*!${'😀'.repeat(245)}`; // 255 characters, the API's limit
+    const mimetype = `application/pdf; x="${'b'.repeat(200)}"`;
+    const res = await t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'document', base64: mediaFixtures.pdf.base64(), mimetype, fileName });
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    const media = await echoedMedia(res.body.messengerId);
+    const file = await fetch(media.url);
+    assert.equal(file.status, 200);
+    assert.equal(file.headers.get('content-type'), mimetype);
+    const extended = /filename\*=UTF-8''(\S+)$/.exec(file.headers.get('content-disposition') ?? '')?.[1] ?? '';
+    assert.match(extended, /^[A-Za-z0-9!#$&+\-.^_`|~%]+$/, 'RFC 8187 attr-chars and percent-escapes only');
+    assert.equal(decodeURIComponent(extended), fileName);
+  });
+
   it('announces failed downloads and view-once media without archiving them', async () => {
     const failed = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'image', mimetype: 'image/jpeg', mediaUnavailable: true });
     const once = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'image', mediaBase64: mediaFixtures.jpg.base64(), mimetype: 'image/jpeg', viewOnce: true });

@@ -57,8 +57,8 @@ export async function storeMedia(db: Db, store: MediaStore, m: NewMedia): Promis
     id,
     instance_id: m.instanceId,
     direction: m.direction,
-    mimetype: m.mimetype.slice(0, 128), // column widths: names from the network can be long
-    file_name: m.fileName ? m.fileName.slice(0, 256) : null,
+    mimetype: fittedMimetype(m.mimetype),
+    file_name: m.fileName ? codePoints(m.fileName, 256) : null,
     size: m.bytes.byteLength,
     sha256: createHash('sha256').update(m.bytes).digest('hex'),
     seconds: wholeSeconds(m.seconds),
@@ -71,6 +71,18 @@ export async function storeMedia(db: Db, store: MediaStore, m: NewMedia): Promis
     await store.delete(id).catch(() => undefined);
     throw err;
   }
+}
+
+/** Column widths count characters (code points): a cut never splits a surrogate pair. Names from
+ *  the network can be longer than the API allows. */
+function codePoints(text: string, max: number): string {
+  return text.length <= max ? text : [...text].slice(0, max).join('');
+}
+
+/** A mimetype too long for its column keeps its type/subtype and loses its parameters: cut inside
+ *  them, a quoted value would be left open in the download's Content-Type. */
+function fittedMimetype(mimetype: string): string {
+  return codePoints(mimetype.length <= 255 ? mimetype : mimetype.split(';')[0].trim(), 255);
 }
 
 /** The record of a media file of this instance, or undefined (also for another instance's file). */

@@ -101,7 +101,13 @@ async function authorizeMedia(deps: GatewayDeps, token: string | undefined, para
 
 function contentDisposition(fileName: string): string {
   const ascii = fileName.replace(/[^\x20-\x7e]|["\\]/g, '_');
-  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(fileName)}`;
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${rfc8187Encoded(fileName)}`;
+}
+
+/** RFC 8187 value-chars: encodeURIComponent leaves ' ( ) * unescaped, which are not attr-chars
+ *  (a strict parser rejects the header). */
+function rfc8187Encoded(text: string): string {
+  return encodeURIComponent(text).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 
 const EXTENSIONS: Record<string, string> = {

@@ -10,6 +10,7 @@ import * as m006 from './006_app_key_project.ts';
 import * as m007 from './007_delivery_destination_url.ts';
 import * as m008 from './008_delivery_lease_owner.ts';
 import * as m009 from './009_dispatcher_replicas.ts';
+import * as m010 from './010_media_mimetype_width.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -26,6 +27,7 @@ const migrations: Record<string, Migration> = {
   '007_delivery_destination_url': m007,
   '008_delivery_lease_owner': m008,
   '009_dispatcher_replicas': m009,
+  '010_media_mimetype_width': m010,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
