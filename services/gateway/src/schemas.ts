@@ -10,7 +10,7 @@ const ID = z.string().min(1).max(64);
 export const DATE_TIME = /^(?<date>\d{4}-\d{2}-\d{2})(?:T(?<h>\d{2}):(?<m>\d{2})(?::(?<s>\d{2})(?:\.\d{1,9})?)?(?:Z|(?<sign>[+-])(?<oh>\d{2}):?(?<om>\d{2}))?)?$/;
 const DAY = z.string().regex(DATE_TIME, 'must be a date such as 2026-01-31');
 /** Project ids are Kubernetes names (DESIGN §5 "Ids"). */
-const PROJECT_ID = ID.regex(RESOURCE_ID, 'must be lowercase letters, digits and dashes, at most 40 characters');
+const PROJECT_ID = z.string().max(40).regex(RESOURCE_ID, 'must be lowercase letters, digits and dashes, at most 40 characters');
 
 export const ProjectBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });
 export const InstanceCreateBody = z.object({ name: NAME, projectId: PROJECT_ID.nullable().optional() });

@@ -62,6 +62,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.deepEqual(doc.body.paths['/api/instances/{id}/messages'].post.security, [{ bearer: [] }]);
       assert.deepEqual(doc.body.paths['/api/instances/{id}/media/{mediaId}'].get.security, [{ bearer: [] }, {}]);
       assert.deepEqual(doc.body.paths['/health'].get.security, []);
+      // A project id is a Kubernetes name of at most 40 characters, as the server enforces.
+      const projectBody = doc.body.paths['/api/projects'].post.requestBody.content['application/json'].schema;
+      assert.equal(projectBody.properties.projectId.anyOf[0].maxLength, 40);
     });
 
     it('echoes a client X-Request-Id only when it is one plain token', async () => {
@@ -321,6 +324,24 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal((await t.admin.delete(`/api/instances/${inst.id}/apps/${app.body.appId}`)).status, 200);
         assertProblem(await t.client(app.body.key).get(`/api/instances/${inst.id}`), 401);
         assertProblem(await t.admin.delete(`/api/instances/${inst.id}/apps/${app.body.appId}`), 404);
+      });
+
+      it('marks every response that carries a secret as not to be cached', async () => {
+        const created = await t.admin.post('/api/instances', { name: 'Cache check' });
+        const id = created.body.id;
+        const carriers = [
+          created,
+          await t.admin.post(`/api/instances/${id}/token`),
+          await t.admin.get(`/api/instances/${id}/credentials`),
+          await t.admin.post(`/api/instances/${id}/apps`, { name: 'ERP' }),
+          await t.admin.put(`/api/instances/${id}/webhook`, { url: 'https://hooks.example.com/all' }),
+          await t.admin.get(`/api/instances/${id}/webhook/secret`),
+          await t.admin.post(`/api/instances/${id}/webhook/secret`),
+        ];
+        carriers.forEach((res, i) => {
+          assert.ok(res.status < 300, `response ${i}: ${res.status}`);
+          assert.equal(res.headers.get('cache-control'), 'no-store', `response ${i}`);
+        });
       });
 
       it('deletes an instance and its credentials', async () => {

@@ -19,6 +19,10 @@ export async function assertProjectExists(deps: GatewayDeps, projectId: string |
 
 export const deleted = (id: string) => ({ id, deleted: true });
 
+/** Headers of a response that carries a secret (a token, a key, a signing secret, a pairing code):
+ *  no cache, shared or private, may keep a copy. */
+export const SECRET_HEADERS = { 'Cache-Control': 'no-store' } as const;
+
 /** A write that names other rows (an instance, a project). If a concurrent delete removed one after
  *  it was checked, the database refuses the reference: that is the 404 of the check, not a 500. */
 export async function withReferences<T>(write: Promise<T>, absent: string): Promise<T> {

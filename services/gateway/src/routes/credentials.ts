@@ -6,7 +6,7 @@ import { APP_KEY_PREFIX } from '../http/auth.ts';
 import { issueInstanceToken } from './instances.ts';
 import { AppCreateBody, AppRecord, listOf } from '../schemas.ts';
 import { appRecord } from '../records.ts';
-import { assertProjectExists, deleted, loadInstance, withReferences } from './common.ts';
+import { assertProjectExists, deleted, loadInstance, SECRET_HEADERS, withReferences } from './common.ts';
 
 export const credentialRoutes = [
   route({
@@ -20,7 +20,7 @@ export const credentialRoutes = [
       await loadInstance(deps, params.id);
       const { token, columns } = issueInstanceToken(deps);
       await deps.db('instances').where({ id: params.id }).update({ ...columns, updated_at: deps.db.fn.now() });
-      return { body: { apiToken: token } };
+      return { body: { apiToken: token }, headers: SECRET_HEADERS };
     },
   }),
   route({
@@ -34,7 +34,7 @@ export const credentialRoutes = [
       const row = await loadInstance(deps, params.id);
       return {
         body: { instanceId: row.id, apiUrl: `${deps.config.publicBaseUrl}/api/instances/${row.id}`, apiToken: deps.crypto.open(row.token_sealed) },
-        headers: { 'Cache-Control': 'no-store' },
+        headers: SECRET_HEADERS,
       };
     },
   }),
@@ -74,7 +74,7 @@ export const credentialRoutes = [
         })
         .returning('*');
       const [row] = await withReferences(insert, body.projectId ? `Instance ${params.id} or project ${body.projectId}` : `Instance ${params.id}`);
-      return { status: 201, body: { ...appRecord(row), key }, headers: { 'Cache-Control': 'no-store' } };
+      return { status: 201, body: { ...appRecord(row), key }, headers: SECRET_HEADERS };
     },
   }),
   route({

@@ -6,7 +6,7 @@ import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
 import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
 import { instanceRecord } from '../records.ts';
-import { assertProjectExists, callSession, deleted, loadInstance, withReferences } from './common.ts';
+import { assertProjectExists, callSession, deleted, loadInstance, SECRET_HEADERS, withReferences } from './common.ts';
 
 /** A new instance token and the columns that store it (hashed for lookup, sealed for recovery). */
 export function issueInstanceToken(deps: Pick<GatewayDeps, 'crypto'>) {
@@ -62,7 +62,7 @@ export const instanceRoutes = [
       // The session starts at once (in cluster mode the operator starts a pod for every Instance
       // that is not paused): the QR code appears by getting the instance, no connect needed.
       await deps.runtime.created(row.id).catch((err) => deps.log.warn({ instanceId: row.id, err: String(err) }, 'the new instance did not start; connect starts it'));
-      return { status: 201, body: { ...(await reload(deps, row.id)), apiToken: token } };
+      return { status: 201, body: { ...(await reload(deps, row.id)), apiToken: token }, headers: SECRET_HEADERS };
     },
   }),
   route({
@@ -186,7 +186,7 @@ export const instanceRoutes = [
       }
       // The session says until when its code works; a session of an older version does not.
       const expiresAt = typeof reply.expiresAt === 'string' ? reply.expiresAt : new Date(Date.now() + PAIRING_CODE_TTL_MS).toISOString();
-      return { body: { code: String(reply.code), expiresAt }, headers: { 'Cache-Control': 'no-store' } };
+      return { body: { code: String(reply.code), expiresAt }, headers: SECRET_HEADERS };
     },
   }),
 ];

@@ -6,6 +6,7 @@ import { route } from '../http/route.ts';
 import { Settings, SettingsBody, WebhookBody, WebhookConfig } from '../schemas.ts';
 import { settingsOf, webhookOf } from '../records.ts';
 import { resolvedHostProblem, webhookUrlProblem } from '../webhook-url.ts';
+import { SECRET_HEADERS } from './common.ts';
 
 /** Reads the instance's secret, creating it on first use (the service creates secrets). */
 async function ensureSecret(deps: GatewayDeps, trx: Db, row: any): Promise<string> {
@@ -66,7 +67,7 @@ export const webhookRoutes = [
         await cancelDeliveriesForRemovedUrls(trx, params.id, config);
         return { settings, secret };
       });
-      return { body: { ...config, settings: saved.settings, secret: saved.secret } };
+      return { body: { ...config, settings: saved.settings, secret: saved.secret }, headers: SECRET_HEADERS };
     },
   }),
   route({
@@ -78,7 +79,7 @@ export const webhookRoutes = [
     responses: { 200: z.object({ secret: z.string() }) },
     handler: async ({ deps, params }) => {
       const secret = await deps.db.transaction(async (trx) => ensureSecret(deps, trx, await lockInstance(trx, params.id)));
-      return { body: { secret }, headers: { 'Cache-Control': 'no-store' } };
+      return { body: { secret }, headers: SECRET_HEADERS };
     },
   }),
   route({
@@ -95,7 +96,7 @@ export const webhookRoutes = [
         await trx('instances').where({ id: params.id }).update({ webhook_secret_sealed: deps.crypto.seal(secret), updated_at: trx.fn.now() });
         await cancelPendingDeliveries(trx, params.id);
       });
-      return { body: { secret }, headers: { 'Cache-Control': 'no-store' } };
+      return { body: { secret }, headers: SECRET_HEADERS };
     },
   }),
   route({
