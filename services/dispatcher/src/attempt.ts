@@ -11,7 +11,8 @@ import { loadAttemptMaterial, type AttemptMaterial, type ClaimedDelivery } from 
 
 export type AttemptOutcome =
   | { kind: 'delivered'; statusCode: number }
-  | { kind: 'failed'; statusCode: number | null; error: string; retryAfterMs?: number }
+  /** `timedOut`: no answer within the attempt time-out (the only failure the breaker counts). */
+  | { kind: 'failed'; statusCode: number | null; error: string; retryAfterMs?: number; timedOut?: true }
   /** The event is gone (deleted with its instance): nothing to deliver or record. */
   | { kind: 'gone' };
 
@@ -55,7 +56,7 @@ async function attemptDelivery(deps: AttemptDeps, claim: ClaimedDelivery, materi
     const response = await deps.egress.post(claim.url, headers, material.body);
     return classifyResponse(response.statusCode, response.retryAfterMs);
   } catch (err) {
-    if (err instanceof EgressError) return { kind: 'failed', statusCode: null, error: `${err.kind}: ${err.message}` };
+    if (err instanceof EgressError) return { kind: 'failed', statusCode: null, error: `${err.kind}: ${err.message}`, ...(err.kind === 'timeout' ? { timedOut: true } : {}) };
     throw err;
   }
 }

@@ -1,7 +1,11 @@
-// Circuit breakers, one per webhook URL, in memory of one dispatcher replica. After `threshold`
-// consecutive failed attempts the breaker opens: no request goes to that URL until
-// `cooldownMs` has passed; then exactly one delivery is let through as a probe (half-open). The
-// probe's success closes the breaker, its failure opens it for another cool-down.
+// Circuit breakers, one per webhook URL, in memory of one dispatcher replica. They guard against
+// one kind of failure only: a receiver that does not answer within the attempt time-out, since
+// each such attempt holds a slot for the whole time-out. After `threshold` consecutive time-outs
+// the breaker opens: no request goes to that URL until `cooldownMs` has passed; then exactly one
+// delivery is let through as a probe (half-open). A probe that ends in time closes the breaker,
+// one that times out opens it for another cool-down. Prompt failures (an HTTP error status, a
+// refused connection) cost nothing to wait for, so they never open it: those deliveries keep the
+// retry schedule exactly, however many fail at once.
 
 export type Admission = { allowed: true } | { allowed: false; retryAt: number };
 
@@ -36,11 +40,13 @@ export class CircuitBreakers {
     return { allowed: true };
   }
 
-  onSuccess(key: string): void {
+  /** The attempt ended before the time-out, whatever its result: the receiver does not hang. */
+  recordPromptOutcome(key: string): void {
     this.states.delete(key);
   }
 
-  onFailure(key: string): void {
+  /** The attempt held its slot until the time-out. */
+  recordTimeout(key: string): void {
     const state = this.states.get(key) ?? { consecutiveFailures: 0, openUntil: null, probing: false };
     state.consecutiveFailures++;
     if (state.probing || state.consecutiveFailures >= this.opts.threshold) {

@@ -6,7 +6,7 @@
 // Isolation: at most `maxConcurrent` attempts at once, and at most `perDestinationConcurrency`
 // per destination (webhook URL); destinations at their cap are left out of the claim query, so a
 // slow receiver only fills its own slots. A circuit breaker per destination stops requests to an
-// endpoint that keeps failing. Both are per URL, not per host: tenants may share a webhook host
+// endpoint that keeps timing out (breaker.ts). Both are per URL, not per host: tenants may share a webhook host
 // (a hosted automation service), and one tenant's hanging or failing path (a half-open probe can
 // take the whole attempt time-out) must not hold back the others.
 //
@@ -336,7 +336,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       this.drained.delete(key);
       return;
     }
-    const admission = this.breakers.admit(destinationOf(claim));
+    const admission = this.breakers.admit(key);
     if (!admission.allowed) {
       const dueAt = Math.max(admission.retryAt, claim.dueAt.getTime());
       await releaseClaim(this.deps.db, claim, new Date(dueAt));
@@ -371,9 +371,12 @@ export class DeliveryScheduler implements DeliveryHandOff {
     try {
       outcome = await performAttempt(this.attemptDeps, claim);
     } catch (err) {
+      this.breakers.recordPromptOutcome(key); // nothing was learnt of the receiver; a probe must not stay taken
       couldNotRecord(err);
       return;
     }
+    if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
+    else this.breakers.recordPromptOutcome(key);
     if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
     const recording = this.record(claim, outcome)
       .catch(couldNotRecord)
@@ -385,13 +388,11 @@ export class DeliveryScheduler implements DeliveryHandOff {
     if (outcome.kind === 'gone') return;
     const log = this.deps.log;
     if (outcome.kind === 'delivered') {
-      this.breakers.onSuccess(destinationOf(claim));
       const recorded = await this.delivered.record(claim, outcome.statusCode);
       if (!recorded) await recordCutOffAttempt(this.deps.db, claim, outcome.statusCode, null);
       log.debug({ eventId: claim.eventId, statusCode: outcome.statusCode, recorded }, 'webhook delivered');
       return;
     }
-    this.breakers.onFailure(destinationOf(claim));
     const attemptsMade = claim.attempts + 1;
     const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });

@@ -354,12 +354,12 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });
 
-  it('opens the circuit breaker after consecutive failures and reschedules without counting attempts', async () => {
-    receiver.respondWith(() => ({ status: 500 }));
+  it('opens the circuit breaker after consecutive time-outs and reschedules without counting attempts', async () => {
+    receiver.respondWith(() => ({ status: 200, delayMs: 3000 })); // answers long after the time-out
     const inst = await createInstance(db, { webhook: { url: receiver.url() } });
     const events: EventEnvelope[] = [];
     for (let i = 0; i < 5; i++) events.push(await recordRoutedEvent(db, inst.id));
-    start(db, { perDestinationConcurrency: 1, breakerThreshold: 2, breakerCooldownMs: 60_000 });
+    start(db, { perDestinationConcurrency: 1, breakerThreshold: 2, breakerCooldownMs: 60_000, egress: { timeoutMs: 300 } });
     await receiver.waitForRequests(2);
     await waitFor('every delivery handed back until the breaker closes', async () => {
       const rows = await db('deliveries').whereIn('event_id', events.map((e) => e.id));
@@ -368,15 +368,27 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     const rows = await db('deliveries').whereIn('event_id', events.map((e) => e.id));
     assert.equal(receiver.requests.length, 2);
     assert.equal(rows.reduce((n, r) => n + r.attempts, 0), 2, 'only the two real attempts are counted');
+    assert.ok(rows.every((r) => r.attempts === 0 || /^timeout/.test(r.last_error)), 'both were time-outs');
   });
 
-  it('keeps a breaker per URL: a failing path does not hold back the other paths of its receiver', async () => {
-    receiver.respondWith((r) => ({ status: r.path === '/failing' ? 500 : 200 }));
-    const failing = await createInstance(db, { webhook: { url: receiver.url('/failing') } });
+  it('never opens the breaker on prompt failures: many failing deliveries to one URL keep their schedule', async () => {
+    receiver.respondWith(() => ({ status: 500 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url() } });
+    const events: EventEnvelope[] = [];
+    for (let i = 0; i < 6; i++) events.push(await recordRoutedEvent(db, inst.id));
+    // A breaker that counted these 500s would open at the 5th and hold every series for a minute.
+    start(db, { breakerThreshold: 5, breakerCooldownMs: 60_000 });
+    for (const event of events) assert.equal((await waitForStatus(db, event.id, 'exhausted')).attempts, 8);
+    assert.equal(receiver.requests.length, 48);
+  });
+
+  it('keeps a breaker per URL: a hanging path does not hold back the other paths of its receiver', async () => {
+    receiver.respondWith((r) => (r.path === '/hanging' ? { status: 200, delayMs: 3000 } : { status: 200 }));
+    const hanging = await createInstance(db, { webhook: { url: receiver.url('/hanging') } });
     const healthy = await createInstance(db, { webhook: { url: receiver.url('/healthy') } });
-    const bad = await recordRoutedEvent(db, failing.id);
-    // Opens on the first failure and stays open for the whole test.
-    const r = start(db, { breakerThreshold: 1, breakerCooldownMs: 60_000 });
+    const bad = await recordRoutedEvent(db, hanging.id);
+    // Opens on the first time-out and stays open for the whole test.
+    const r = start(db, { breakerThreshold: 1, breakerCooldownMs: 60_000, egress: { timeoutMs: 300 } });
     await waitForStatus(db, bad.id, 'retrying');
     const good = await recordRoutedEvent(db, healthy.id);
     r.scheduler.kick();

@@ -95,28 +95,37 @@ describe('retryDelayMs', () => {
 });
 
 describe('CircuitBreakers', () => {
-  it('opens after the threshold, lets one probe through after the cool-down, closes on success', () => {
+  it('opens after the threshold of time-outs, lets one probe through after the cool-down, closes on success', () => {
     let now = 0;
     const b = new CircuitBreakers({ threshold: 3, cooldownMs: 100, now: () => now });
-    b.onFailure('a');
-    b.onFailure('a');
+    b.recordTimeout('a');
+    b.recordTimeout('a');
     assert.deepEqual(b.admit('a'), { allowed: true });
-    b.onFailure('a');
+    b.recordTimeout('a');
     assert.deepEqual(b.admit('a'), { allowed: false, retryAt: 100 });
     assert.deepEqual(b.admit('b'), { allowed: true }, 'other destinations are unaffected');
     now = 100;
     assert.deepEqual(b.admit('a'), { allowed: true }, 'the probe');
     assert.equal(b.admit('a').allowed, false, 'only one probe at a time');
-    b.onSuccess('a');
+    b.recordPromptOutcome('a');
     assert.deepEqual(b.admit('a'), { allowed: true });
+  });
+  it('a prompt outcome, failed or not, resets the count of time-outs', () => {
+    const b = new CircuitBreakers({ threshold: 2, cooldownMs: 100, now: () => 0 });
+    b.recordTimeout('a');
+    b.recordPromptOutcome('a'); // say, an HTTP 500 at once: the receiver does not hang
+    b.recordTimeout('a');
+    assert.deepEqual(b.admit('a'), { allowed: true });
+    b.recordTimeout('a');
+    assert.equal(b.admit('a').allowed, false);
   });
   it('a failed probe opens it again', () => {
     let now = 0;
     const b = new CircuitBreakers({ threshold: 1, cooldownMs: 100, now: () => now });
-    b.onFailure('a');
+    b.recordTimeout('a');
     now = 150;
     assert.equal(b.admit('a').allowed, true);
-    b.onFailure('a');
+    b.recordTimeout('a');
     assert.deepEqual(b.admit('a'), { allowed: false, retryAt: 250 });
   });
 });
