@@ -304,6 +304,18 @@ for (const mode of modes) {
       assert.match(awaiting.qrImage, /^data:image\/png;base64,/);
     });
 
+    it('a reset of a disconnected instance unlinks it with a connection.update of its own', async () => {
+      const x = await createConnectedInstance(t.admin, '5511900000006');
+      await t.admin.post(`/api/instances/${x.id}/disconnect`);
+      await waitForState(t.admin, x.id, 'stopped');
+      const reset = await t.admin.post(`/api/instances/${x.id}/reset`);
+      assert.equal(reset.status, 200, JSON.stringify(reset.body));
+      assert.deepEqual([reset.body.state, reset.body.paused, reset.body.phone], ['stopped', true, null]);
+      const events = (await t.admin.get(`/api/instances/${x.id}/events`)).body.data;
+      const newest = events.find((e: any) => e.type === 'connection.update');
+      assert.deepEqual(newest.data, { state: 'stopped', previousState: 'stopped', phone: null, reason: 'reset' });
+    });
+
     it('issues pairing codes once per interval, never when connected, and completes pairing', async () => {
       assert.equal((await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' })).status, 409);
       const fresh = (await t.admin.post('/api/instances', { name: 'Pairing' })).body;

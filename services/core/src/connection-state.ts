@@ -6,6 +6,7 @@ import type { Knex } from 'knex';
 import { recordEvent } from './events.ts';
 import type { ConnectionState } from './network.ts';
 import { noSessionHolds } from './session-lock.ts';
+import { Problem } from './problem.ts';
 
 export interface StateInfo {
   qr?: string | null;
@@ -13,7 +14,8 @@ export interface StateInfo {
   reason?: string | null;
 }
 
-/** Returns true when the state changed (and an event was recorded). */
+/** Returns true when the state or the phone changed (and an event was recorded): a reset of a
+ *  paused instance stays `stopped` but unlinks its phone, and clients must hear of it. */
 export async function recordConnectionState(db: Knex, instanceId: string, state: ConnectionState, info: StateInfo = {}): Promise<boolean> {
   return db.transaction(async (trx) => {
     const row = await trx('instances').where({ id: instanceId }).select('state', 'phone', 'qr_code').forUpdate().first();
@@ -22,7 +24,7 @@ export async function recordConnectionState(db: Knex, instanceId: string, state:
     // The QR is only meaningful while waiting for a scan.
     const qr = state === 'awaiting_scan' ? (info.qr ?? row.qr_code) : null;
     await trx('instances').where({ id: instanceId }).update({ state, phone, qr_code: qr, updated_at: trx.fn.now() });
-    if (row.state === state) return false;
+    if (row.state === state && row.phone === phone) return false;
     await recordEvent(trx, {
       instanceId,
       type: 'connection.update',
@@ -43,4 +45,9 @@ export async function resetUnheldSession(db: Knex, instanceId: string): Promise<
     if (row) await recordConnectionState(trx, instanceId, row.paused ? 'stopped' : 'starting', { phone: null, reason: 'reset' });
     return true;
   });
+}
+
+/** The answer to a reset while a session that does not answer still holds the instance. */
+export function sessionBusy(): Problem {
+  return new Problem(503, 'session_busy', 'The instance session is stopping or starting; retry the reset shortly.', undefined, { 'Retry-After': '1' });
 }

@@ -1,7 +1,7 @@
 // LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
 // per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
 // at server start brings back every instance that is not paused (connected ones without a scan).
-import { DbAuthStore, problems, recordConnectionState, type SessionRuntime } from '@switchboard/core';
+import { DbAuthStore, problems, recordConnectionState, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
 import { callSessionOp } from './session-ops.ts';
 import { InstanceLanes } from './instance-lanes.ts';
 import { SessionWorker, type SessionWorkerOptions } from './worker.ts';
@@ -81,9 +81,10 @@ export class LocalSessionRuntime implements SessionRuntime {
     return this.lanes.run(instanceId, async () => {
       const worker = this.workers.get(instanceId);
       if (worker?.isOwner) return worker.reset();
-      // Not running here: clear the saved session so the next start pairs again.
-      await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
-      await this.opts.db('instances').where({ id: instanceId }).update({ phone: null, qr_code: null, updated_at: this.opts.db.fn.now() });
+      // Not running here: erase the pairing so the next start pairs again, with its event. Only
+      // another server on the same PostgreSQL could still hold the instance.
+      if (!(await resetUnheldSession(this.opts.db, instanceId))) throw sessionBusy();
+      this.opts.relay.kick();
     });
   }
 

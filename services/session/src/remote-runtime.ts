@@ -7,6 +7,7 @@ import {
   problems,
   recordConnectionState,
   resetUnheldSession,
+  sessionBusy,
   RpcError,
   subjects,
   type Bus,
@@ -66,7 +67,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
         // A session still holds the instance without answering: it is stopping (it stops serving
         // requests before it lets go of the instance), or starting.
         if (Date.now() >= deadline) {
-          throw new Problem(503, 'session_busy', 'The instance session is stopping or starting; retry the reset shortly.', undefined, { 'Retry-After': '1' });
+          throw sessionBusy();
         }
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -139,7 +139,7 @@ export class SendCommandHandler {
       const code = err instanceof SendError ? err.code : 'send_error';
       const message = err instanceof Error ? err.message : String(err);
       if (!(err instanceof SendError)) this.deps.log.warn({ itemId: item.id, err: message }, 'send: driver failed unexpectedly');
-      await this.record((trx) => markUncertain(trx, item, code, { code, message }));
+      await this.record((trx) => markUncertain(trx, item, { code, message }));
     }
   }
 

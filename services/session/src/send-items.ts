@@ -63,10 +63,11 @@ export async function markFailed(trx: Trx, item: SendItemRow, error: SendFailure
   return true;
 }
 
-/** sending → uncertain + `message.uncertain`. The item is never resent automatically. */
-export async function markUncertain(trx: Trx, item: SendItemRow, reason: string, error: SendFailure | null = null): Promise<boolean> {
+/** sending → uncertain + `message.uncertain`, whose `reason` is the item's error code. The item is
+ *  never resent automatically. */
+export async function markUncertain(trx: Trx, item: SendItemRow, error: SendFailure): Promise<boolean> {
   if (!(await setStatus(trx, item, ['sending'], 'uncertain', error))) return false;
-  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.uncertain', data: { ...sendEventData(item), reason }, traceContext: item.trace_context });
+  await recordEvent(trx, { instanceId: item.instance_id, type: 'message.uncertain', data: { ...sendEventData(item), reason: error.code }, traceContext: item.trace_context });
   return true;
 }
 

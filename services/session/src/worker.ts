@@ -65,6 +65,8 @@ export class SessionWorker {
   private readonly sends: SendCommandHandler;
   private driver: NetworkDriver | undefined;
   private connection: ConnectionState = 'stopped';
+  /** True while reset() logs the driver out. */
+  private resetting = false;
   private subscription: Subscription | undefined;
   /** Starting/stopping the consumer, one change at a time. */
   private consumerChange: Promise<void> = Promise.resolve();
@@ -127,7 +129,12 @@ export class SessionWorker {
   async reset(): Promise<void> {
     const driver = this.requireDriver();
     this.setConsuming(false);
-    await driver.logout();
+    this.resetting = true;
+    try {
+      await driver.logout();
+    } finally {
+      this.resetting = false;
+    }
     await new DbAuthStore(this.opts.db, this.opts.crypto, this.instanceId).clear();
     await driver.disconnect();
     await this.applyState('logged_out', { phone: null, reason: 'reset' });
@@ -230,11 +237,12 @@ export class SessionWorker {
 
   /** Items left in `sending` by a previous owner may have left: uncertain, never resent. */
   private async recoverInterruptedSends(): Promise<void> {
+    const interrupted = { code: 'session_restarted', message: 'The session stopped while sending; the message may or may not have left.' };
     const { db, instanceId } = this.opts;
     let recovered = 0;
     await db.transaction(async (trx) => {
       const items = (await trx('send_items').where({ instance_id: instanceId, status: 'sending' }).forUpdate()) as SendItemRow[];
-      for (const item of items) if (await markUncertain(trx, item, 'session_restarted')) recovered++;
+      for (const item of items) if (await markUncertain(trx, item, interrupted)) recovered++;
     });
     if (recovered) {
       this.log.info({ recovered }, 'session: interrupted sends marked uncertain');
@@ -293,7 +301,8 @@ export class SessionWorker {
       isOwnSend: (id: string) => this.isOwnSend(id),
     };
     return {
-      onState: (state, info) => this.applyState(state, info),
+      // The logout a reset asks for is reported as the reset, not as the phone unlinking us.
+      onState: (state, info) => this.applyState(state, this.resetting && state === 'logged_out' ? { ...info, reason: 'reset' } : info),
       onMessage: async (msg) => {
         if (await recordInbound(inboundDeps, msg)) this.opts.relay.kick();
       },

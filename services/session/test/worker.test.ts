@@ -157,6 +157,9 @@ for (const nats of [false, true]) {
       assert.equal(await itemStatus(env.db, interrupted.id), 'uncertain');
       const uncertain = (await eventsOf(env.db, instanceId, 'message.uncertain')).find((e) => e.data.messageId === interrupted.id)!;
       assert.equal(uncertain.data.reason, 'session_restarted');
+      // The item says why, as an item made uncertain by a dropped connection does.
+      const row = await env.db('send_items').where({ id: interrupted.id }).first('error');
+      assert.equal((typeof row.error === 'string' ? JSON.parse(row.error) : row.error)?.code, 'session_restarted');
       const ledger = await env.db('sandbox_ledger').where({ instance_id: instanceId }).pluck('messenger_id');
       assert.ok(!ledger.includes(interrupted.messengerId));
       const states = (await eventsOf(env.db, instanceId, 'connection.update')).map((e) => e.data.state);
@@ -268,6 +271,12 @@ for (const nats of [false, true]) {
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan after reset');
       row = await instanceRow(env.db, instanceId);
       assert.equal(row.phone, null);
+      // Clients can tell the reset they asked for from the phone unlinking the device.
+      const loggedOut = (await eventsOf(env.db, instanceId, 'connection.update')).filter((e) => e.data.state === 'logged_out');
+      assert.deepEqual(
+        loggedOut.map((e) => [e.data.previousState, e.data.reason]),
+        [['connected', 'reset']],
+      );
       assert.equal(Number((await env.db('auth_state').where({ instance_id: instanceId }).count({ n: '*' }).first())!.n), 0);
       const { code } = (await runtime.call(instanceId, 'pairing-code', { phone: '5511922223333' })) as { code: string };
       await runtime.call(instanceId, 'sandbox.pair', { code });
