@@ -176,4 +176,19 @@ describe('media end to end', function () {
     assert.ok(diag.body.media.count > 0);
     assert.ok(diag.body.media.bytes > 0);
   });
+
+  it("deletes an instance's media files with the instance", async () => {
+    const doomed = await createConnectedInstance(t.admin, '5511900000021');
+    const inbound = await t.admin.post(`/sandbox/instances/${doomed.id}/inbound`, { from: '5511977776666', type: 'image', mediaBase64: mediaFixtures.png.base64(), mimetype: 'image/png' });
+    assert.equal(inbound.status, 200, JSON.stringify(inbound.body));
+    const media = await eventually(async () => {
+      const list = (await t.admin.get(`/api/instances/${doomed.id}/incoming`)).body.data as any[];
+      return list.find((m) => m.messageId === inbound.body.messageId)?.media;
+    }, 10_000, 'the inbound image');
+    const mediaId = new URL(media.url).pathname.split('/').pop()!;
+    const { media: store } = t.server.platform;
+    assert.ok((await store.get(mediaId)).length > 0);
+    assert.equal((await t.admin.delete(`/api/instances/${doomed.id}`)).status, 200);
+    await eventually(async () => store.get(mediaId).then(() => undefined, () => true), 10_000, 'the file removed');
+  });
 });

@@ -9,7 +9,7 @@ import { openDatabase, migrate, type Db } from '../src/db/connect.ts';
 import { Problem } from '../src/problem.ts';
 import { FileMediaStore } from '../src/media/file-store.ts';
 import { getMediaRecord, mediaLink, mediaStats, readMedia, storeMedia, verifyMediaLink } from '../src/media/records.ts';
-import { startMediaRetention } from '../src/media/retention.ts';
+import { drainMediaPurge, startMediaRetention } from '../src/media/retention.ts';
 import { MediaNotFoundError, type MediaStore } from '../src/media/types.ts';
 
 const silentLog = { info() {}, warn() {}, error() {} };
@@ -174,6 +174,21 @@ describe('media records, links and retention', function () {
       await assert.rejects(store.get('med_orphan'), MediaNotFoundError);
       assert.ok(await getMediaRecord(db, 'inst-a', fresh.id));
       assert.equal(Buffer.from(await store.get(fresh.id)).toString(), 'fresh');
+    });
+
+    it("removes a deleted instance's blobs: the database queues every deleted row's blob", async () => {
+      await addInstance(db, 'inst-gone');
+      const kept = await storeMedia(db, store, { instanceId: 'inst-a', direction: 'inbound', mimetype: 'image/png', bytes: Buffer.from('kept') });
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        ids.push((await storeMedia(db, store, { instanceId: 'inst-gone', direction: 'inbound', mimetype: 'image/png', bytes: Buffer.from(`gone${i}`) })).id);
+      }
+      await db('instances').where({ id: 'inst-gone' }).delete(); // the rows go by cascade
+      assert.deepEqual((await db('media_purge').whereIn('media_id', ids).pluck('media_id')).sort(), [...ids].sort());
+      assert.ok((await drainMediaPurge(db, store, 2)) >= 3);
+      for (const id of ids) await assert.rejects(store.get(id), MediaNotFoundError);
+      assert.equal(Number((await db('media_purge').count({ n: '*' }).first())!.n), 0);
+      assert.equal(Buffer.from(await store.get(kept.id)).toString(), 'kept');
     });
 
     it('sweeps on its interval and handles more rows than one batch', async () => {

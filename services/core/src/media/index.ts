@@ -15,4 +15,4 @@ export {
   type MediaDirection,
   type NewMedia,
 } from './records.ts';
-export { startMediaRetention, type MediaRetention, type MediaRetentionOptions } from './retention.ts';
+export { drainMediaPurge, startMediaRetention, type MediaRetention, type MediaRetentionOptions } from './retention.ts';

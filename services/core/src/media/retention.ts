@@ -1,6 +1,7 @@
-// Media retention (spec "Limits": 30 days): a periodic sweep deletes blobs and rows older than
-// maxAgeMs. The blob goes first, then the row, so a crash mid-way leaves at worst a row whose
-// blob is gone (its download answers 404) and the next sweep removes that row.
+// Media retention (spec "Limits": 30 days): a periodic sweep deletes rows older than maxAgeMs,
+// then the blobs of every deleted row. The database queues a deleted row's blob in `media_purge`
+// in the same transaction (migration 011), whoever deleted it — this sweep, or the cascade of an
+// instance delete — so a crash between row and blob leaves the entry for the next drain.
 import type { Db } from '../db/connect.ts';
 import type { Logger } from '../logger.ts';
 import type { MediaStore } from './types.ts';
@@ -40,13 +41,26 @@ async function sweep(opts: MediaRetentionOptions): Promise<number> {
   const batchSize = opts.batchSize ?? 200;
   let removed = 0;
   for (;;) {
-    const ids = (await opts.db('media').where('created_at', '<', cutoff).orderBy('created_at').limit(batchSize).pluck('id')) as string[];
-    for (const id of ids) await opts.store.delete(id);
-    if (ids.length) await opts.db('media').whereIn('id', ids).delete();
-    removed += ids.length;
-    if (ids.length < batchSize) break;
+    const old = opts.db('media').where('created_at', '<', cutoff).orderBy('created_at').limit(batchSize).select('id');
+    const deleted = Number(await opts.db('media').whereIn('id', old).delete());
+    removed += deleted;
+    if (deleted < batchSize) break;
   }
+  await drainMediaPurge(opts.db, opts.store, batchSize);
   const orphans = opts.store.purgeOlderThan ? await opts.store.purgeOlderThan(cutoff) : 0;
   if (removed || orphans) opts.log.info({ removed, orphans }, 'media retention removed old media');
   return removed;
+}
+
+/** Removes the blobs of deleted media rows (queued by the database in `media_purge`), then their
+ *  entries. Safe to run concurrently: deleting a blob twice is not an error. */
+export async function drainMediaPurge(db: Db, store: MediaStore, batchSize = 200): Promise<number> {
+  let purged = 0;
+  for (;;) {
+    const ids = (await db('media_purge').orderBy('queued_at').limit(batchSize).pluck('media_id')) as string[];
+    for (const id of ids) await store.delete(id);
+    if (ids.length) await db('media_purge').whereIn('media_id', ids).delete();
+    purged += ids.length;
+    if (ids.length < batchSize) return purged;
+  }
 }

@@ -1,6 +1,6 @@
 // Instances: records, lifecycle (connect, disconnect, reset, pairing) and credentials.
 import { z } from 'zod';
-import { newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken } from '@switchboard/core';
+import { drainMediaPurge, newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
@@ -111,6 +111,8 @@ export const instanceRoutes = [
       // In cluster mode the operator's finalizer may delete the row first, so there the resource
       // delete having succeeded is the answer.
       if (!removed && !deps.resources) throw problems.notFound(`Instance ${params.id}`);
+      // Its media files go now rather than with the next retention sweep (which also drains them).
+      drainMediaPurge(deps.db, deps.media).catch((err: unknown) => deps.log.warn({ err: String(err) }, 'media of a deleted instance: removal left for the retention sweep'));
       return { body: deleted(params.id) };
     },
   }),

@@ -11,6 +11,7 @@ import * as m007 from './007_delivery_destination_url.ts';
 import * as m008 from './008_delivery_lease_owner.ts';
 import * as m009 from './009_dispatcher_replicas.ts';
 import * as m010 from './010_media_mimetype_width.ts';
+import * as m011 from './011_media_purge_queue.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -28,6 +29,7 @@ const migrations: Record<string, Migration> = {
   '008_delivery_lease_owner': m008,
   '009_dispatcher_replicas': m009,
   '010_media_mimetype_width': m010,
+  '011_media_purge_queue': m011,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
