@@ -13,6 +13,8 @@ export function webhookUrlProblem(value: string, allowPrivateTargets: boolean): 
     return 'must be an absolute https:// URL or an empty string';
   }
   if (url.protocol !== 'https:') return 'must use https';
+  // The parser repairs `https:host/x` and `https:/host/x`; what is stored and shown is what was sent.
+  if (!/^https:\/\/[^/]/i.test(value)) return 'must be an absolute https:// URL or an empty string';
   if (url.username || url.password) return 'must not carry credentials';
   if (allowPrivateTargets) return undefined;
   if (url.port !== '' && url.port !== '443') return 'must use port 443';

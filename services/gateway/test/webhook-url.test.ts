@@ -14,6 +14,14 @@ describe('webhook destinations at save time', () => {
     }
   });
 
+  it('refuses URLs that only a forgiving parser reads as https://', () => {
+    for (const odd of ['https:hooks.example.com/in', 'https:/hooks.example.com/in', 'https:///hooks.example.com/in', 'https:\\\\hooks.example.com/in']) {
+      assert.equal(webhookUrlProblem(odd, true), 'must be an absolute https:// URL or an empty string', odd);
+    }
+    assert.equal(webhookUrlProblem('HTTPS://hooks.example.com/in', false), undefined);
+    assert.equal(webhookUrlProblem('http://hooks.example.com/in', false), 'must use https');
+  });
+
   it('accepts a name that does not resolve now, or not in time: delivery resolves it again', async () => {
     const url = 'https://not-yet.example.com/in';
     assert.equal(await resolvedHostProblem(url, false, async () => Promise.reject(Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' }))), undefined);
