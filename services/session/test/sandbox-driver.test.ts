@@ -200,6 +200,42 @@ describe('sandbox driver rules', () => {
     }
   });
 
+  it('owes the echo of a send the session did not take, and delivers it when it connects again (a medium without its bytes)', async () => {
+    const auth = new MemoryAuthStore();
+    const ctx = (l: RecordingListener) => ({ instanceId: 'inst-echo-owed', auth, listener: l, isOwnSend: async () => true, settings: () => settings });
+    const failing = new RecordingListener();
+    failing.onMessage = async () => {
+      throw new Error('the database is down'); // the session could not take the echo
+    };
+    const first = new SandboxDriver(ctx(failing), { db, receiptDelayMs: 5, reconnectDelayMs: 5 });
+    await first.connect();
+    await first.sandbox('scan', { phone: '5511911112222' });
+    await first.send({ messengerId: 'ECHO1', to: { kind: 'phone', phone: '5511955556666' }, type: 'text', text: 'owed text' });
+    await first.send({ messengerId: 'ECHO2', to: { kind: 'lid', lid: '123456789' }, type: 'image', mimetype: 'image/png', caption: 'pic', media: new Uint8Array([1, 2, 3]) });
+    await first.disconnect(); // waits for the listener calls under way
+
+    const next = new RecordingListener();
+    const second = new SandboxDriver(ctx(next), { db, receiptDelayMs: 5, reconnectDelayMs: 5 });
+    try {
+      await second.connect();
+      await until(() => next.messages.some((m) => m.messageId === 'ECHO2'), 'the owed echoes', 5000);
+      assert.deepEqual(
+        next.messages.map((m) => [m.messageId, m.fromMe, m.phone, m.chatLid, m.text]),
+        [
+          ['ECHO1', true, '5511955556666', null, 'owed text'],
+          ['ECHO2', true, null, '123456789@lid', 'pic'],
+        ],
+      );
+      const image = next.messages[1].media!;
+      assert.equal(image.mimetype, 'image/png');
+      await assert.rejects(image.download(), /no longer has this file/);
+      const stillOwed = async () => db('sandbox_ledger').whereIn('messenger_id', ['ECHO1', 'ECHO2']).whereNotNull('echo_owed').count({ n: '*' }).first();
+      await until(async () => Number((await stillOwed())!.n) === 0, 'the ledger settled');
+    } finally {
+      await second.disconnect();
+    }
+  });
+
   it('drop logged_out clears credentials; inbound needs a connection', async () => {
     await rejects(driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'x' }), 409, 'not_connected');
     await driver.sandbox('scan', { phone: '5511911112222' });

@@ -12,6 +12,9 @@ import {
   type DeliveryStatus,
   type DriverContext,
   type DriverFactory,
+  type InboundMedia,
+  type InboundMessage,
+  jsonObject,
   type NetworkDriver,
   type OutboundMessage,
   type PairingCode,
@@ -63,7 +66,7 @@ export class SandboxDriver implements NetworkDriver {
       this.phone = creds.phone;
       this.later(this.opts.reconnectDelayMs ?? 20, async () => {
         await this.emitState('connected', { phone: creds.phone });
-        await this.deliverOwedReceipts();
+        await this.deliverOwed();
       });
     } else {
       await this.awaitScan();
@@ -112,14 +115,15 @@ export class SandboxDriver implements NetworkDriver {
         break;
       case 'connection_drop':
         // The bytes left, then the socket died before the server's ack: the sender cannot know.
-        await this.recordInLedger(msg, []);
+        await this.recordInLedger(msg, [], null);
         this.later(0, () => this.dropConnection());
         throw new SendError('connection_lost', 'The connection dropped while sending.', false);
     }
     const receipts = receiptsFor(outcome, msg.type === 'audio' && msg.ptt === true);
-    await this.recordInLedger(msg, receipts);
+    const echo = echoOf(msg);
+    await this.recordInLedger(msg, receipts, echo);
     this.scheduleReceipts(msg.messengerId, receipts);
-    this.echoOwnSend(msg);
+    this.deliverEcho(echo, async () => msg.media ?? noLongerAvailable());
   }
 
   async sandbox(op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -234,8 +238,19 @@ export class SandboxDriver implements NetworkDriver {
     return { messageId: message.messageId };
   }
 
-  private async recordInLedger(msg: OutboundMessage, receipts: DeliveryStatus[]): Promise<void> {
-    await this.opts.db('sandbox_ledger').insert({ instance_id: this.ctx.instanceId, messenger_id: msg.messengerId, phone: destinationJid(msg.to), receipts_owed: receipts });
+  /** The network's record of a message it accepted, with what it still owes the account. */
+  private async recordInLedger(msg: OutboundMessage, receipts: DeliveryStatus[], echo: OwedEcho | null): Promise<void> {
+    await this.opts.db('sandbox_ledger').insert({
+      instance_id: this.ctx.instanceId,
+      messenger_id: msg.messengerId,
+      phone: destinationJid(msg.to),
+      receipts_owed: receipts,
+      echo_owed: echo ? JSON.stringify(echo) : null,
+    });
+  }
+
+  private ledgerRow(messengerId: string) {
+    return this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
   }
 
   /** Receipts come `receiptDelayMs` apart, the first at once: `sent` is the server's ack of the
@@ -247,42 +262,33 @@ export class SandboxDriver implements NetworkDriver {
       this.later(this.opts.receiptDelayMs * i, () =>
         this.emit(async () => {
           await this.ctx.listener.onReceipt({ messengerId, status });
-          const row = this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId, messenger_id: messengerId });
-          await row.update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
+          await this.ledgerRow(messengerId).update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
         }),
       );
     });
   }
 
-  /** Receipts the network still owes this account (the session was not there to take them). */
-  private async deliverOwedReceipts(): Promise<void> {
-    const owed = (await this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId }).whereRaw(`receipts_owed <> '{}'`).orderBy('seq').select('messenger_id', 'receipts_owed')) as {
-      messenger_id: string;
-      receipts_owed: DeliveryStatus[];
-    }[];
-    for (const row of owed) this.scheduleReceipts(row.messenger_id, row.receipts_owed);
+  /** What the network still owes this account (the session was not there to take it): echoes
+   *  and receipts, in the order of the sends. */
+  private async deliverOwed(): Promise<void> {
+    const owed = (await this.opts.db('sandbox_ledger')
+      .where({ instance_id: this.ctx.instanceId })
+      .whereRaw(`(receipts_owed <> '{}' or echo_owed is not null)`) // the partial index's predicate
+      .orderBy('seq')
+      .select('messenger_id', 'receipts_owed', 'echo_owed')) as { messenger_id: string; receipts_owed: DeliveryStatus[]; echo_owed: unknown }[];
+    for (const row of owed) {
+      if (row.echo_owed) this.deliverEcho(jsonObject(row.echo_owed) as unknown as OwedEcho, noLongerAvailable);
+      this.scheduleReceipts(row.messenger_id, row.receipts_owed);
+    }
   }
 
-  /** The real network echoes our own sends back to the account as its own messages. */
-  private echoOwnSend(msg: OutboundMessage): void {
-    const media = msg.media;
-    void this.emit(() =>
-      this.ctx.listener.onMessage({
-        messageId: msg.messengerId,
-        from: destinationJid(msg.to),
-        phone: msg.to.kind === 'phone' ? msg.to.phone : null,
-        chatLid: msg.to.kind === 'lid' ? `${msg.to.lid}@lid` : null,
-        participant: null,
-        fromMe: true,
-        name: null,
-        type: msg.type,
-        text: msg.type === 'text' ? (msg.text ?? null) : (msg.caption ?? null),
-        isGroup: msg.to.kind === 'group',
-        media: media
-          ? { mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName, voiceNote: msg.ptt === true, seconds: msg.seconds, download: async () => media }
-          : undefined,
-      }),
-    );
+  /** The real network echoes our own sends back to the account as its own messages; the echo is
+   *  crossed off the ledger once the session has taken it. */
+  private deliverEcho(echo: OwedEcho, download: () => Promise<Uint8Array>): void {
+    void this.emit(async () => {
+      await this.ctx.listener.onMessage({ ...echo, media: echo.media ? { ...echo.media, download } : undefined });
+      await this.ledgerRow(echo.messageId).update({ echo_owed: null });
+    });
   }
 
   // ---- plumbing ----
@@ -313,6 +319,31 @@ export class SandboxDriver implements NetworkDriver {
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
   }
+}
+
+/** An echo as the ledger keeps it: the message without its bytes. */
+type OwedEcho = Omit<InboundMessage, 'media'> & { media?: Omit<InboundMedia, 'download'> };
+
+function echoOf(msg: OutboundMessage): OwedEcho {
+  return {
+    messageId: msg.messengerId,
+    from: destinationJid(msg.to),
+    phone: msg.to.kind === 'phone' ? msg.to.phone : null,
+    chatLid: msg.to.kind === 'lid' ? `${msg.to.lid}@lid` : null,
+    participant: null,
+    fromMe: true,
+    name: null,
+    type: msg.type,
+    text: msg.type === 'text' ? (msg.text ?? null) : (msg.caption ?? null),
+    isGroup: msg.to.kind === 'group',
+    media: msg.media ? { mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName, voiceNote: msg.ptt === true, seconds: msg.seconds } : undefined,
+  };
+}
+
+/** The download of an echo's medium the session did not take before it stopped: the sandbox
+ *  keeps no bytes, as the real network keeps media only for a while. */
+async function noLongerAvailable(): Promise<never> {
+  throw new Error('the sandbox network no longer has this file: the session stopped before taking the echo');
 }
 
 function newQr(): string {

@@ -12,6 +12,7 @@ import * as m008 from './008_delivery_lease_owner.ts';
 import * as m009 from './009_dispatcher_replicas.ts';
 import * as m010 from './010_media_mimetype_width.ts';
 import * as m011 from './011_media_purge_queue.ts';
+import * as m012 from './012_sandbox_echo_owed.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -30,6 +31,7 @@ const migrations: Record<string, Migration> = {
   '009_dispatcher_replicas': m009,
   '010_media_mimetype_width': m010,
   '011_media_purge_queue': m011,
+  '012_sandbox_echo_owed': m012,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
