@@ -4,7 +4,8 @@
 // inbound messages the test kills -9 the gateway, a session and a dispatcher, and restarts NATS and
 // PostgreSQL. Then, without any help from the test:
 // - every accepted send exists and is terminal or still queued;
-// - no message reached the sandbox network twice unless its item is `uncertain`;
+// - no message reached the sandbox network twice unless its item is `uncertain`, and every one it
+//   took came back as the account's own message (the echo);
 // - every recorded event that has a destination reached the receiver at least once, and every
 //   copy of an event carries the same id and the same body.
 // `make test` runs one short round; `make chaos` (CHAOS_LONG=1) runs several longer ones.
@@ -184,8 +185,16 @@ describe(`chaos: cluster mode under kill -9 and server restarts (${LONG ? 'long'
       if (n > 1) assert.equal(item.status, 'uncertain', `${item.id} reached the network ${n} times but is ${item.status}`);
     }
 
-    // 3. Every recorded event with a destination reached the receiver; copies share id and body.
+    // 2b. The network echoed every send it took as the account's own message, also when the
+    // session that should have taken the echo was killed first (the echo is owed, like receipts).
     const instanceIds = instances.map((i) => i.id);
+    const took = items.filter((r) => ['sent', 'delivered', 'read', 'played'].includes(r.status)).map((r) => r.messenger_id as string);
+    await waitUntil('every send the network took echoed', async () => {
+      const echoed = new Set(await db('incoming').whereIn('instance_id', instanceIds).where({ from_me: true }).whereIn('message_id', took).pluck('message_id'));
+      return took.every((m) => echoed.has(m)) || undefined;
+    }, 30_000, 250);
+
+    // 3. Every recorded event with a destination reached the receiver; copies share id and body.
     await waitUntil('every event routed and settled', async () => {
       const [{ n }] = await db('events')
         .leftJoin('deliveries', 'deliveries.event_id', 'events.id')
