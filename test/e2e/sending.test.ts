@@ -2,6 +2,7 @@
 // bus) and the same process on PostgreSQL + NATS.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { request } from 'node:http';
 import { startTestServer, type TestServer } from '../support/server.ts';
 import { eventually } from '../support/http.ts';
 import { NATS_URL, testNamespace } from '../support/services.ts';
@@ -141,6 +142,9 @@ for (const mode of modes) {
       assert.deepEqual([empty.status, empty.body.errors?.[0]?.path], [400, 'Idempotency-Key'], 'an empty key is not read as no key');
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': 'k'.repeat(128) })).status, 202);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'x' }, { 'Idempotency-Key': `order ${Date.now()} of customer 7` })).status, 202);
+      // Two header lines would otherwise be joined into a third key ("a, b").
+      const repeated = await postWithHeaderLines(`${t.url}/api/instances/${inst.id}/messages`, inst.apiToken, { phone: '5511988887777', type: 'text', text: 'x' }, ['Idempotency-Key', ['a', 'b']]);
+      assert.deepEqual([repeated.status, repeated.body.errors?.[0]?.path], [400, 'Idempotency-Key']);
     });
 
     it('validates every field and queues nothing on error', async () => {
@@ -455,3 +459,16 @@ describe('send expiry', function () {
     assert.deepEqual(failed.map((e) => e.data.error.code), ['expired'], 'expired once, whoever got there first');
   });
 });
+
+/** A POST whose header is sent as several lines (fetch would join them into one). */
+function postWithHeaderLines(url: string, token: string, body: unknown, [name, values]: [string, string[]]): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', [name]: values } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}

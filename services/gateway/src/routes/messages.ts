@@ -28,6 +28,10 @@ export const messageRoutes = [
     handler: async ({ deps, ctx, params, body, principal }) => {
       // A header sent empty is refused, not read as "no key": the client meant to protect the send.
       const rawKey = ctx.headers['idempotency-key'];
+      // Node joins repeated headers with ", ": two keys would silently become a third one.
+      if ((ctx.req.headersDistinct['idempotency-key']?.length ?? 0) > 1) {
+        throw problems.validation([{ path: 'Idempotency-Key', message: 'must be sent once' }]);
+      }
       let key: string | undefined;
       if (rawKey !== undefined) {
         const parsed = IdempotencyKey.safeParse(rawKey);
