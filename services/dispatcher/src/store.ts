@@ -133,14 +133,22 @@ export async function releaseLeasesOf(db: Knex, owner: string): Promise<number> 
 
 /**
  * An attempt whose row was cancelled while it ran (webhook saved without its URL, secret
- * regenerated) still reached the receiver, or tried to: it is counted, with its answer, and the
- * row stays cancelled. `attempts` still equal to the claim's count means no other write counted
- * this attempt (a replica that took over an expired lease records its own attempt).
+ * regenerated) still reached the receiver, or tried to: it is counted, with its answer. A 2xx
+ * makes the row `delivered` (the receiver has the event; the cancel only stops later attempts);
+ * otherwise it stays cancelled. `attempts` still equal to the claim's count means no other write
+ * counted this attempt (a replica that took over an expired lease records its own attempt).
  */
 export async function recordCutOffAttempt(db: Knex, claim: ClaimedDelivery, statusCode: number | null, error: string | null): Promise<boolean> {
+  const delivered = error === null && statusCode !== null && statusCode >= 200 && statusCode < 300;
   const updated = await db('deliveries')
     .where({ event_id: claim.eventId, status: 'cancelled', attempts: claim.attempts })
-    .update({ attempts: claim.attempts + 1, last_status_code: statusCode, last_error: error, updated_at: db.fn.now() });
+    .update({
+      attempts: claim.attempts + 1,
+      last_status_code: statusCode,
+      last_error: error,
+      updated_at: db.fn.now(),
+      ...(delivered ? { status: 'delivered', delivered_at: db.fn.now() } : {}),
+    });
   return updated > 0;
 }
 
