@@ -140,4 +140,7 @@ export const ProblemDocument = z.object({
   code: z.string(),
   errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
 });
+/** The answer to every DELETE (decisions.md "Deletes"). */
+export const Deleted = z.object({ id: z.string(), deleted: z.literal(true) });
+
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item) });

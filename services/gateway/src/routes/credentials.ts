@@ -4,7 +4,7 @@ import { newId, problems, randomToken } from '@switchboard/core';
 import { route } from '../http/route.ts';
 import { APP_KEY_PREFIX } from '../http/auth.ts';
 import { issueInstanceToken } from './instances.ts';
-import { AppCreateBody, AppRecord, listOf } from '../schemas.ts';
+import { AppCreateBody, AppRecord, Deleted, listOf } from '../schemas.ts';
 import { appRecord } from '../records.ts';
 import { assertProjectExists, deleted, loadInstance, SECRET_HEADERS, withReferences } from './common.ts';
 
@@ -83,7 +83,7 @@ export const credentialRoutes = [
     auth: 'admin',
     tag: 'credentials',
     summary: 'Revoke one integration key',
-    responses: { 200: 'revoked', 404: 'absent' },
+    responses: { 200: Deleted, 404: 'absent' },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       const count = await deps.db('app_keys').where({ id: params.appId, instance_id: params.id }).whereNull('revoked_at').update({ revoked_at: deps.db.fn.now() });

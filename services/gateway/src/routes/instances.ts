@@ -4,7 +4,7 @@ import { drainMediaPurge, newResourceId, PAIRING_CODE_TTL_MS, Problem, problems,
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
-import { InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
+import { Deleted, InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
 import { instanceRecord } from '../records.ts';
 import { assertProjectExists, callSession, deleted, loadInstance, SECRET_HEADERS, withReferences } from './common.ts';
 
@@ -101,7 +101,7 @@ export const instanceRoutes = [
     auth: 'admin',
     tag: 'instances',
     summary: 'Delete an instance, its session and its records',
-    responses: { 200: 'deleted', 404: 'absent' },
+    responses: { 200: Deleted, 404: 'absent' },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       // The resource first: if Kubernetes is unavailable (503) nothing has changed yet.

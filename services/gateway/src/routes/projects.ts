@@ -1,7 +1,7 @@
 // Projects group instances; deleting one keeps its instances (their projectId becomes null).
 import { newResourceId, problems } from '@switchboard/core';
 import { route } from '../http/route.ts';
-import { ProjectBody, ProjectRecord, listOf } from '../schemas.ts';
+import { Deleted, ProjectBody, ProjectRecord, listOf } from '../schemas.ts';
 import { projectRecord } from '../records.ts';
 import { deleted } from './common.ts';
 
@@ -56,7 +56,7 @@ export const projectRoutes = [
     auth: 'admin',
     tag: 'projects',
     summary: 'Delete a project; its instances and integration keys stay, without project',
-    responses: { 200: 'deleted', 404: 'absent' },
+    responses: { 200: Deleted, 404: 'absent' },
     handler: async ({ deps, params }) => {
       const count = await deps.db.transaction(async (trx): Promise<number> => {
         await trx('instances').where({ project_id: params.id }).update({ project_id: null, updated_at: trx.fn.now() });
