@@ -128,7 +128,7 @@ function measureDispatcherScenario() {
 }
 
 function measurePipeline() {
-  return withServer(() => startBenchCluster({ dispatchers: 1 }), async (b) => {
+  return withServer(() => startBenchCluster({ dispatchers: 1, nodeArgs: benchNodeArgs() }), async (b) => {
     const admin = new ApiClient(b.cluster.url, b.cluster.adminKey);
     const healthy = await startHttpsReceiver();
     const otherHealthy = await startHttpsReceiver();
