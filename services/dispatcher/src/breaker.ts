@@ -45,6 +45,13 @@ export class CircuitBreakers {
     this.states.delete(key);
   }
 
+  /** The attempt told nothing about the receiver (it threw before an answer, or its event was
+   *  gone): a probe it was frees the way for the next one, and the breaker stays as it was. */
+  releaseProbe(key: string): void {
+    const state = this.states.get(key);
+    if (state) state.probing = false;
+  }
+
   /** The attempt held its slot until the time-out. */
   recordTimeout(key: string): void {
     const state = this.states.get(key) ?? { consecutiveFailures: 0, openUntil: null, probing: false };

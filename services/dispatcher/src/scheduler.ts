@@ -371,11 +371,12 @@ export class DeliveryScheduler implements DeliveryHandOff {
     try {
       outcome = await performAttempt(this.attemptDeps, claim);
     } catch (err) {
-      this.breakers.recordPromptOutcome(key); // nothing was learnt of the receiver; a probe must not stay taken
+      this.breakers.releaseProbe(key);
       couldNotRecord(err);
       return;
     }
-    if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
+    if (outcome.kind === 'gone') this.breakers.releaseProbe(key);
+    else if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
     else this.breakers.recordPromptOutcome(key);
     if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
     const recording = this.record(claim, outcome)

@@ -119,6 +119,19 @@ describe('CircuitBreakers', () => {
     b.recordTimeout('a');
     assert.equal(b.admit('a').allowed, false);
   });
+  it('a probe that told nothing frees the way for the next probe and leaves the breaker open', () => {
+    let now = 0;
+    const b = new CircuitBreakers({ threshold: 1, cooldownMs: 100, now: () => now });
+    b.recordTimeout('a');
+    now = 100;
+    assert.equal(b.admit('a').allowed, true, 'the probe');
+    assert.equal(b.admit('a').allowed, false, 'one probe at a time');
+    b.releaseProbe('a'); // say, its event was deleted meanwhile
+    assert.equal(b.admit('a').allowed, true, 'the next probe');
+    assert.equal(b.admit('a').allowed, false, 'still half-open, not closed');
+    b.releaseProbe('unknown'); // nothing to release
+    assert.deepEqual(b.admit('unknown'), { allowed: true });
+  });
   it('a failed probe opens it again', () => {
     let now = 0;
     const b = new CircuitBreakers({ threshold: 1, cooldownMs: 100, now: () => now });
