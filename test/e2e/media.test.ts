@@ -1,6 +1,7 @@
 // Media end to end: every type round-trips through the sandbox byte for byte, downloads carry the
 // right headers, signed links expire and refuse tampering, and retention removes old files.
 import assert from 'node:assert/strict';
+import { MediaNotFoundError } from '@switchboard/core';
 import { startTestServer, type TestServer } from '../support/server.ts';
 import { eventually } from '../support/http.ts';
 import { mediaFixtures } from '../fixtures/media/index.ts';
@@ -189,6 +190,6 @@ describe('media end to end', function () {
     const { media: store } = t.server.platform;
     assert.ok((await store.get(mediaId)).length > 0);
     assert.equal((await t.admin.delete(`/api/instances/${doomed.id}`)).status, 200);
-    await eventually(async () => store.get(mediaId).then(() => undefined, () => true), 10_000, 'the file removed');
+    await eventually(async () => store.get(mediaId).then(() => undefined, (err: unknown) => err instanceof MediaNotFoundError || undefined), 10_000, 'the file removed');
   });
 });

@@ -185,10 +185,41 @@ describe('media records, links and retention', function () {
       }
       await db('instances').where({ id: 'inst-gone' }).delete(); // the rows go by cascade
       assert.deepEqual((await db('media_purge').whereIn('media_id', ids).pluck('media_id')).sort(), [...ids].sort());
-      assert.ok((await drainMediaPurge(db, store, 2)) >= 3);
+      assert.ok((await drainMediaPurge(db, store, silentLog, 2)) >= 3);
       for (const id of ids) await assert.rejects(store.get(id), MediaNotFoundError);
       assert.equal(Number((await db('media_purge').count({ n: '*' }).first())!.n), 0);
       assert.equal(Buffer.from(await store.get(kept.id)).toString(), 'kept');
+    });
+
+    it('keeps the entry of a file the store fails to delete, and drains concurrently without double work', async () => {
+      await drainMediaPurge(db, store, silentLog); // what earlier tests queued
+      await addInstance(db, 'inst-gone2');
+      const ids: string[] = [];
+      for (let i = 0; i < 6; i++) {
+        ids.push((await storeMedia(db, store, { instanceId: 'inst-gone2', direction: 'inbound', mimetype: 'image/png', bytes: Buffer.from(`g${i}`) })).id);
+      }
+      await db('instances').where({ id: 'inst-gone2' }).delete();
+      const stuck = [...ids].sort()[0]; // the first in the queue's order: it must not hold back the rest
+      const deletes: string[] = [];
+      const flaky: MediaStore = {
+        put: (id, bytes) => store.put(id, bytes),
+        get: (id) => store.get(id),
+        close: async () => undefined,
+        delete: async (id) => {
+          if (id === stuck) throw new Error('store unavailable');
+          deletes.push(id);
+          await store.delete(id);
+        },
+      };
+      const warnings: unknown[] = [];
+      const log = { warn: (o: unknown) => void warnings.push(o) };
+      const drained = await Promise.all([drainMediaPurge(db, flaky, log, 2), drainMediaPurge(db, flaky, log, 2)]);
+      assert.equal(drained[0] + drained[1], 5, 'every file but the stuck one, each once');
+      assert.equal(new Set(deletes).size, deletes.length, 'no file deleted twice');
+      assert.ok(warnings.length >= 1);
+      assert.deepEqual(await db('media_purge').whereIn('media_id', ids).pluck('media_id'), [stuck]);
+      assert.equal(await drainMediaPurge(db, store, log), 1, 'the next drain takes it');
+      await assert.rejects(store.get(stuck), MediaNotFoundError);
     });
 
     it('sweeps on its interval and handles more rows than one batch', async () => {

@@ -46,21 +46,35 @@ async function sweep(opts: MediaRetentionOptions): Promise<number> {
     removed += deleted;
     if (deleted < batchSize) break;
   }
-  await drainMediaPurge(opts.db, opts.store, batchSize);
+  const purged = await drainMediaPurge(opts.db, opts.store, opts.log, batchSize);
   const orphans = opts.store.purgeOlderThan ? await opts.store.purgeOlderThan(cutoff) : 0;
-  if (removed || orphans) opts.log.info({ removed, orphans }, 'media retention removed old media');
+  if (removed || purged || orphans) opts.log.info({ removed, purged, orphans }, 'media retention removed old and deleted media');
   return removed;
 }
 
 /** Removes the blobs of deleted media rows (queued by the database in `media_purge`), then their
- *  entries. Safe to run concurrently: deleting a blob twice is not an error. */
-export async function drainMediaPurge(db: Db, store: MediaStore, batchSize = 200): Promise<number> {
+ *  entries, one pass over the queue. Concurrent drains (several processes, several deletes) skip
+ *  each other's entries; a blob the store fails to delete stays queued for the next drain. */
+export async function drainMediaPurge(db: Db, store: MediaStore, log: Pick<Logger, 'warn'>, batchSize = 200): Promise<number> {
   let purged = 0;
+  let after = '';
   for (;;) {
-    const ids = (await db('media_purge').orderBy('queued_at').limit(batchSize).pluck('media_id')) as string[];
-    for (const id of ids) await store.delete(id);
-    if (ids.length) await db('media_purge').whereIn('media_id', ids).delete();
-    purged += ids.length;
-    if (ids.length < batchSize) return purged;
+    const batch = await db.transaction(async (trx) => {
+      const ids = (await trx('media_purge').where('media_id', '>', after).orderBy('media_id').limit(batchSize).forUpdate().skipLocked().pluck('media_id')) as string[];
+      const done: string[] = [];
+      for (const id of ids) {
+        try {
+          await store.delete(id);
+          done.push(id);
+        } catch (err) {
+          log.warn({ mediaId: id, err: String(err) }, 'media: deleting the file of a deleted record failed; retried later');
+        }
+      }
+      if (done.length) await trx('media_purge').whereIn('media_id', done).delete();
+      return { ids, done: done.length };
+    });
+    purged += batch.done;
+    if (batch.ids.length < batchSize) return purged;
+    after = batch.ids[batch.ids.length - 1];
   }
 }

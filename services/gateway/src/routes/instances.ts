@@ -112,7 +112,7 @@ export const instanceRoutes = [
       // delete having succeeded is the answer.
       if (!removed && !deps.resources) throw problems.notFound(`Instance ${params.id}`);
       // Its media files go now rather than with the next retention sweep (which also drains them).
-      drainMediaPurge(deps.db, deps.media).catch((err: unknown) => deps.log.warn({ err: String(err) }, 'media of a deleted instance: removal left for the retention sweep'));
+      drainMediaPurge(deps.db, deps.media, deps.log).catch((err: unknown) => deps.log.warn({ err: String(err) }, 'media of a deleted instance: removal left for the retention sweep'));
       return { body: deleted(params.id) };
     },
   }),
