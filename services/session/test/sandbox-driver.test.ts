@@ -236,6 +236,37 @@ describe('sandbox driver rules', () => {
     }
   });
 
+  it('a new pairing (after a reset) gets nothing the network owed the earlier one', async () => {
+    const ctx = (l: RecordingListener, auth: MemoryAuthStore) => ({ instanceId: 'inst-repaired', auth, listener: l, isOwnSend: async () => true, settings: () => settings });
+    const failing = new RecordingListener();
+    failing.onMessage = async () => {
+      throw new Error('the database is down');
+    };
+    const first = new SandboxDriver(ctx(failing, new MemoryAuthStore()), { db, receiptDelayMs: 5000, reconnectDelayMs: 5 });
+    await first.connect();
+    await first.sandbox('scan', { phone: '5511911112222' });
+    await first.send({ messengerId: 'OLD1', to: { kind: 'phone', phone: '5511955556666' }, type: 'text', text: 'before the reset' });
+    await first.disconnect(); // its echo and its later receipts are owed
+
+    const auth = new MemoryAuthStore(); // the reset cleared the credentials
+    const paired = new RecordingListener();
+    const second = new SandboxDriver(ctx(paired, auth), { db, receiptDelayMs: 5, reconnectDelayMs: 5 });
+    await second.connect();
+    await second.sandbox('scan', { phone: '5511933334444' });
+    await second.disconnect();
+    const third = new RecordingListener();
+    const again = new SandboxDriver(ctx(third, auth), { db, receiptDelayMs: 5, reconnectDelayMs: 5 });
+    try {
+      await again.connect();
+      await until(() => third.states.some((s) => s.state === 'connected'), 'connected with the new link');
+      await new Promise((r) => setTimeout(r, 100)); // what would be owed comes right after `connected`
+      const old = (l: RecordingListener) => [...l.messages.filter((m) => m.messageId === 'OLD1'), ...l.receipts.filter((r) => r.messengerId === 'OLD1')];
+      assert.deepEqual([...old(paired), ...old(third)], []);
+    } finally {
+      await again.disconnect();
+    }
+  });
+
   it('drop logged_out clears credentials; inbound needs a connection', async () => {
     await rejects(driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'x' }), 409, 'not_connected');
     await driver.sandbox('scan', { phone: '5511911112222' });

@@ -65,8 +65,10 @@ export class SandboxDriver implements NetworkDriver {
     if (creds) {
       this.phone = creds.phone;
       this.later(this.opts.reconnectDelayMs ?? 20, async () => {
+        // Read before `connected`: a send made once connected owes its own echo and receipts.
+        const owed = await this.owedToAccount();
         await this.emitState('connected', { phone: creds.phone });
-        await this.deliverOwed();
+        this.deliverOwed(owed);
       });
     } else {
       await this.awaitScan();
@@ -186,6 +188,12 @@ export class SandboxDriver implements NetworkDriver {
     clearTimeout(this.qrTimer);
     this.pairing = null;
     try {
+      // A new link of the account: what the network owed an earlier one (before a reset or a
+      // logout) is not delivered to it.
+      await this.opts.db('sandbox_ledger')
+        .where({ instance_id: this.ctx.instanceId })
+        .whereRaw(`(receipts_owed <> '{}' or echo_owed is not null)`)
+        .update({ receipts_owed: '{}', echo_owed: null });
       await this.ctx.auth.set({ [CREDS.category]: { [CREDS.key]: { phone } } });
     } catch (err) {
       if (!this.closed) await this.awaitScan(); // a new QR: the phone may scan again
@@ -270,12 +278,15 @@ export class SandboxDriver implements NetworkDriver {
 
   /** What the network still owes this account (the session was not there to take it): echoes
    *  and receipts, in the order of the sends. */
-  private async deliverOwed(): Promise<void> {
-    const owed = (await this.opts.db('sandbox_ledger')
+  private async owedToAccount(): Promise<OwedItem[]> {
+    return this.opts.db('sandbox_ledger')
       .where({ instance_id: this.ctx.instanceId })
       .whereRaw(`(receipts_owed <> '{}' or echo_owed is not null)`) // the partial index's predicate
       .orderBy('seq')
-      .select('messenger_id', 'receipts_owed', 'echo_owed')) as { messenger_id: string; receipts_owed: DeliveryStatus[]; echo_owed: unknown }[];
+      .select('messenger_id', 'receipts_owed', 'echo_owed');
+  }
+
+  private deliverOwed(owed: OwedItem[]): void {
     for (const row of owed) {
       if (row.echo_owed) this.deliverEcho(jsonObject(row.echo_owed) as unknown as OwedEcho, noLongerAvailable);
       this.scheduleReceipts(row.messenger_id, row.receipts_owed);
@@ -319,6 +330,12 @@ export class SandboxDriver implements NetworkDriver {
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
   }
+}
+
+interface OwedItem {
+  messenger_id: string;
+  receipts_owed: DeliveryStatus[];
+  echo_owed: unknown;
 }
 
 /** An echo as the ledger keeps it: the message without its bytes. */
