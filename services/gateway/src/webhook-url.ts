@@ -13,9 +13,10 @@ export function webhookUrlProblem(value: string, allowPrivateTargets: boolean): 
     return 'must be an absolute https:// URL or an empty string';
   }
   if (url.protocol !== 'https:') return 'must use https';
-  // The parser repairs `https:host/x` and `https:/host/x`; what is stored and shown is what was sent.
-  if (!/^https:\/\/[^/]/i.test(value)) return 'must be an absolute https:// URL or an empty string';
-  if (url.username || url.password) return 'must not carry credentials';
+  // The parser repairs `https:host/x`, `https:\\host`, a tab inside the host; what is stored and
+  // shown is what was sent, so only a URL written as it is read is taken.
+  if (!/^https:\/\/[^/\\]/i.test(value) || /[\s\\]/.test(value)) return 'must be an absolute https:// URL or an empty string';
+  if (value.slice('https://'.length).split(/[/?#]/, 1)[0].includes('@')) return 'must not carry credentials'; // even empty ones
   if (allowPrivateTargets) return undefined;
   if (url.port !== '' && url.port !== '443') return 'must use port 443';
   const host = url.hostname.replace(/^\[|\]$/g, '');

@@ -15,9 +15,11 @@ describe('webhook destinations at save time', () => {
   });
 
   it('refuses URLs that only a forgiving parser reads as https://', () => {
-    for (const odd of ['https:hooks.example.com/in', 'https:/hooks.example.com/in', 'https:///hooks.example.com/in', 'https:\\\\hooks.example.com/in']) {
-      assert.equal(webhookUrlProblem(odd, true), 'must be an absolute https:// URL or an empty string', odd);
-    }
+    const odd = ['https:hooks.example.com/in', 'https:/hooks.example.com/in', 'https:///hooks.example.com/in', 'https:\\\\hooks.example.com/in'];
+    odd.push('https://\\hooks.example.com/in', 'https://hooks.example.com\\in', 'https://hooks.exa\tmple.com/in', 'https://hooks.example.com/a b');
+    for (const url of odd) assert.equal(webhookUrlProblem(url, true), 'must be an absolute https:// URL or an empty string', url);
+    assert.equal(webhookUrlProblem('https://@hooks.example.com/in', true), 'must not carry credentials');
+    assert.equal(webhookUrlProblem('https://hooks.example.com/in?by=ops@example.com', false), undefined, 'an @ after the host is fine');
     assert.equal(webhookUrlProblem('HTTPS://hooks.example.com/in', false), undefined);
     assert.equal(webhookUrlProblem('http://hooks.example.com/in', false), 'must use https');
   });
