@@ -150,6 +150,23 @@ describe('JetStreamBus', () => {
       await server?.destroy();
     });
 
+    it('answers a request made while NATS is down with 503 bus_unavailable, not a time-out', async () => {
+      bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'rpc-down', log });
+      const served = await bus.serve(subjects.rpc('inst', 'echo'), async (d) => d);
+      const isUnavailable = (err: unknown) => err instanceof RpcError && err.status === 503 && err.code === 'bus_unavailable';
+      try {
+        assert.equal(str(await bus.request(subjects.rpc('inst', 'echo'), text('up'), 2000)), 'up');
+        await server.kill();
+        // Under way when the connection went, or made after: both are the outage, not a silent session.
+        await assert.rejects(bus.request(subjects.rpc('inst', 'echo'), text('during'), 3000), isUnavailable);
+        await assert.rejects(bus.request(subjects.rpc('inst', 'echo'), text('down'), 3000), isUnavailable);
+        await server.restart();
+        await waitFor(async () => bus.request(subjects.rpc('inst', 'echo'), text('back'), 1000).then(() => true, () => false), 'requests answered again', 20_000);
+      } finally {
+        await served.stop();
+      }
+    });
+
     it('loses nothing published or acked, and consumes what is published after the restart', async () => {
       bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'restart', log, pullExpiresMs: 2000, publishRetryMs: 20_000 });
       const got: string[] = [];

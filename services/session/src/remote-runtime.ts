@@ -2,6 +2,7 @@
 // flag is the desired run state (the operator runs a session pod per instance from it); the
 // running session is told over `rpc.<instanceId>.<op>`. An RpcError becomes the same Problem.
 import {
+  BusClosedError,
   DbAuthStore,
   Problem,
   problems,
@@ -60,7 +61,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
     return this.lanes.run(instanceId, async () => {
       const deadline = Date.now() + this.timeoutMs();
       for (;;) {
-        if (await this.tell(instanceId, 'reset', true)) return;
+        if (await this.tellReset(instanceId)) return;
         // No session answers: erase the pairing here so the next start pairs again. The record no
         // longer shows the connection a killed session left in it.
         if (await resetUnheldSession(this.opts.db, instanceId)) return this.opts.relay.kick();
@@ -98,6 +99,17 @@ export class RemoteSessionRuntime implements SessionRuntime {
     return this.opts.requestTimeoutMs ?? 10_000;
   }
 
+  /** True when a session did the reset; false when none answered, or the one that answered is
+   *  not the instance's owner yet while another process still holds it (`session_busy`). */
+  private async tellReset(instanceId: string): Promise<boolean> {
+    try {
+      return await this.tell(instanceId, 'reset', true);
+    } catch (err) {
+      if (err instanceof Problem && err.code === 'session_busy') return false;
+      throw err;
+    }
+  }
+
   /** False when the instance no longer exists. */
   private async setPaused(instanceId: string, paused: boolean): Promise<boolean> {
     return (await this.opts.db('instances').where({ id: instanceId }).update({ paused, updated_at: this.opts.db.fn.now() })) > 0;
@@ -118,10 +130,12 @@ export class RemoteSessionRuntime implements SessionRuntime {
 }
 
 /** The API's answer for a request the session could not serve: the codes embedded mode gives for
- *  the same situation, and details that name no bus subject or server internals. */
-function toProblem(err: unknown): Problem {
+ *  the same situation, and details that name no bus subject or server internals. Any other error
+ *  is a fault of ours, left as it is for the API's 500 (logged with its stack). */
+function toProblem(err: unknown): unknown {
   if (err instanceof Problem) return err;
-  if (!(err instanceof RpcError)) return busUnavailable(); // the bus is closed or failed locally
+  if (err instanceof BusClosedError) return busUnavailable();
+  if (!(err instanceof RpcError)) return err;
   switch (err.code) {
     case 'session_not_running':
       return new Problem(409, 'instance_not_running', 'The instance session is not running; connect it first.');
@@ -129,6 +143,8 @@ function toProblem(err: unknown): Problem {
       return new Problem(504, 'session_timeout', 'The instance session did not answer in time; retry shortly.');
     case 'bus_unavailable':
       return busUnavailable();
+    case 'session_busy':
+      return sessionBusy(); // with its Retry-After, which the bus does not carry
     case 'internal':
       return new Problem(500, 'internal_error', 'The instance session failed to serve the request; it has been logged. Retry later.');
     default:

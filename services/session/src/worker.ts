@@ -67,6 +67,7 @@ export class SessionWorker {
   private connection: ConnectionState = 'stopped';
   /** True while reset() logs the driver out. */
   private resetting = false;
+  private startingUp: Promise<void> = Promise.resolve();
   private subscription: Subscription | undefined;
   /** Starting/stopping the consumer, one change at a time. */
   private consumerChange: Promise<void> = Promise.resolve();
@@ -127,6 +128,7 @@ export class SessionWorker {
 
   /** Logs out, clears the credentials and starts pairing again (state → awaiting_scan). */
   async reset(): Promise<void> {
+    await this.startingUp; // a reset right after the lock was taken waits for the driver
     const driver = this.requireDriver();
     this.setConsuming(false);
     this.resetting = true;
@@ -182,6 +184,12 @@ export class SessionWorker {
       return;
     }
     this.owning = true;
+    this.startingUp = this.startUp();
+    await this.startingUp;
+  }
+
+  /** Recovery, then the driver: an owner has no driver until this is done. */
+  private async startUp(): Promise<void> {
     try {
       await this.recoverInterruptedSends();
       await this.requeueQueuedItems();

@@ -115,8 +115,10 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       await assert.rejects(remote.reset(instanceId), (e: unknown) => e instanceof Problem && e.status === 503 && e.code === 'session_busy' && e.headers['Retry-After'] === '1');
       assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length, 1, 'the credentials stay');
       assert.equal((await instanceRow(env.db, instanceId)).state, 'connected');
-      // Let go while the next reset waits: it erases the pairing then.
-      const reset = remote.reset(instanceId);
+      // Let go while the next reset waits: it erases the pairing then. (A wider time-out: each
+      // look is a bus round trip, a transaction and a 100 ms pause.)
+      const patient = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 3000 });
+      const reset = patient.reset(instanceId);
       await new Promise((r) => setTimeout(r, 100));
       await stopping.release();
       await reset;
@@ -125,6 +127,31 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
     assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length, 0);
     assert.deepEqual(Object.values(await env.db('instances').where({ id: instanceId }).first('state', 'phone')), ['starting', null]);
+  });
+
+  it('a reset waits for a session process that answers but does not hold the instance yet (session_busy), as for one that does not answer', async () => {
+    const instanceId = await env.createInstance({ paused: false, state: 'connected', phone: '5511900003333' });
+    await env.db('auth_state').insert({ instance_id: instanceId, category: 'creds', key_id: 'me', value_sealed: env.crypto.seal('{}') });
+    const previous = ownerLockFor(env.db, instanceId, () => undefined); // the old pod, still stopping
+    assert.equal(await previous.tryAcquire(), true);
+    const host = env.runtime(); // the new pod: it serves requests, its worker waits for the lock
+    const rpc = await serveSessionRpc(env.bus, instanceId, host);
+    try {
+      await host.resume(instanceId);
+      const hurried = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
+      await assert.rejects(hurried.reset(instanceId), (e: unknown) => e instanceof Problem && e.status === 503 && e.code === 'session_busy' && e.headers['Retry-After'] === '1');
+      assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length, 1, 'the credentials stay');
+      const patient = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
+      const reset = patient.reset(instanceId);
+      await new Promise((r) => setTimeout(r, 200));
+      await previous.release(); // the old pod is gone: the new one takes the instance, or the gateway erases it
+      await reset;
+      await until(async () => (await env.db('auth_state').where({ instance_id: instanceId })).length === 0, 'the pairing erased');
+    } finally {
+      await previous.release();
+      await rpc.stop();
+      await host.close();
+    }
   });
 
   it('a session that fails, is too slow or cannot be reached answers as documented, naming no internals', async () => {

@@ -29,6 +29,7 @@ import {
 } from '@nats-io/transport-node';
 import type { Logger } from '../logger.ts';
 import {
+  BusClosedError,
   RpcError,
   type Bus,
   type ConsumeOptions,
@@ -75,6 +76,10 @@ export class JetStreamBus implements Bus {
   private readonly servers = new Set<NatsSubscription>();
   private readonly publisher: JetStreamPublisher;
   private closed = false;
+  /** Between a `disconnect` and the `reconnect` of the NATS connection. */
+  private disconnected = false;
+  /** Disconnects so far: a request that saw one while it waited timed out for the outage's sake. */
+  private disconnects = 0;
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -179,10 +184,15 @@ export class JetStreamBus implements Bus {
   async request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
     this.assertOpen();
     assertSubject(subject);
+    // nats.js holds a request through a reconnect and then times it out: without a connection the
+    // answer is "the bus is down" at once, not "the session did not answer" after the whole wait.
+    if (this.disconnected) throw rpcErrors.unavailable();
+    const disconnectsBefore = this.disconnects;
     let reply: Msg;
     try {
       reply = await this.nc.request(this.names.subject(subject), data, { timeout: timeoutMs });
     } catch (err) {
+      if (this.disconnects !== disconnectsBefore) throw rpcErrors.unavailable();
       throw requestFailure(err, subject, timeoutMs, data.length, this.nc.info?.max_payload);
     }
     const status = reply.headers?.get(RPC_STATUS);
@@ -338,13 +348,20 @@ export class JetStreamBus implements Bus {
     void (async () => {
       for await (const s of this.nc.status()) {
         if (s.type === 'disconnect' || s.type === 'reconnect') this.opts.log.warn({ nats: s.type }, 'bus: NATS connection changed');
-        if (s.type === 'reconnect') for (const loop of this.loops) loop.reconnected();
+        if (s.type === 'disconnect') {
+          this.disconnected = true;
+          this.disconnects++;
+        }
+        if (s.type === 'reconnect') {
+          this.disconnected = false;
+          for (const loop of this.loops) loop.reconnected();
+        }
       }
     })();
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new Error('bus is closed');
+    if (this.closed) throw new BusClosedError();
   }
 }
 

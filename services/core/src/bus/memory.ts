@@ -6,6 +6,7 @@
 import { withDeadline } from '../deadline.ts';
 import type { Logger } from '../logger.ts';
 import {
+  BusClosedError,
   RpcError,
   type Bus,
   type BusMessage,
@@ -254,7 +255,7 @@ export class MemoryBus implements Bus {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new Error('bus is closed');
+    if (this.closed) throw new BusClosedError();
   }
 
   /** The durable's state, created on first use; later consume() calls update its settings. */

@@ -53,6 +53,14 @@ export interface Subscription {
 /** Request/reply handler; the reply is returned to the requester. Throw a RpcError to fail. */
 export type RequestHandler = (data: Uint8Array) => Promise<Uint8Array>;
 
+/** Thrown by a bus that was closed (the process is stopping). */
+export class BusClosedError extends Error {
+  constructor() {
+    super('bus is closed');
+    this.name = 'BusClosedError';
+  }
+}
+
 export class RpcError extends Error {
   constructor(
     public readonly status: number,
