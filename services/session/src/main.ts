@@ -17,6 +17,8 @@ interface SessionProcessConfig {
   encryptionKey: Buffer;
   ackWaitMs: number;
   lockRetryMs: number;
+  /** How often the process compares the instance's `paused` with what it runs. */
+  runStateCheckMs: number;
   /** HEALTH_PORT: /health and /ready for the pod's probes (none when unset). */
   healthPort?: number;
 }
@@ -31,6 +33,7 @@ export function loadSessionConfig(env: Record<string, string | undefined> = proc
   if (!config.encryptionKey) missing.push('ENCRYPTION_KEY: required for a session process');
   const ackWaitMs = optionalInt(env, 'SESSION_COMMAND_ACK_WAIT_MS', 30_000, missing);
   const lockRetryMs = optionalInt(env, 'SESSION_LOCK_RETRY_MS', 2000, missing);
+  const runStateCheckMs = optionalInt(env, 'SESSION_RUN_STATE_CHECK_MS', 5000, missing);
   let healthPort: number | undefined;
   try {
     healthPort = healthPortFrom(env);
@@ -46,6 +49,7 @@ export function loadSessionConfig(env: Record<string, string | undefined> = proc
     encryptionKey: config.encryptionKey!,
     ackWaitMs,
     lockRetryMs,
+    runStateCheckMs,
     healthPort,
   };
 }
@@ -92,8 +96,16 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   const rpc = await serveSessionRpc(bus, instanceId, runtime);
   const resumed = await runtime.resume(instanceId);
   log.info({ resumed }, resumed ? 'session: started' : 'session: instance is paused, waiting for start');
+  // Level-triggered: the database's `paused` is the desired run state, and a `start` request is only
+  // the prompt to look at it. A start lost with the bus, or a pause undone after the worker saw it
+  // and stopped, is caught up at the next look (resume does nothing while a worker runs).
+  const follow = setInterval(() => {
+    runtime.resume(instanceId).catch((err: unknown) => log.warn({ err: String(err) }, 'session: run-state check failed'));
+  }, cfg.runStateCheckMs);
+  follow.unref();
 
   return async function shutdown() {
+    clearInterval(follow);
     await health?.close();
     await rpc.stop();
     const wasRunning = runtime.worker(instanceId) !== undefined;

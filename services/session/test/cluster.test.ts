@@ -222,6 +222,25 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     await assert.rejects(fetch(`http://127.0.0.1:${port}/health`), 'the port closes with the process');
   });
 
+  it('a session process follows the recorded run state even when no start request reaches it', async () => {
+    const instanceId = await env.createInstance({ paused: true });
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-follow-'));
+    const cfg = loadSessionConfig({
+      INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
+      ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error', SESSION_RUN_STATE_CHECK_MS: '50',
+    });
+    const shutdown = await runSessionProcess(cfg);
+    try {
+      assert.equal((await instanceRow(env.db, instanceId)).state, 'stopped');
+      // A connect whose start request was lost on the bus: only the record says "run".
+      await env.db('instances').where({ id: instanceId }).update({ paused: false });
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'started from the record');
+    } finally {
+      await shutdown();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('a stopping session process leaves its instance reconnecting, or stopped when it was paused behind its back', async () => {
     for (const pausedMeanwhile of [false, true]) {
       const instanceId = await env.createInstance({ paused: false });
