@@ -65,7 +65,7 @@ export const rpcErrors = {
   internal: () => new RpcError(500, 'internal', 'the request handler failed'),
   /** Larger than one NATS message may be (the server's max_payload, 1 MiB unless configured). */
   tooLarge: (size: number, maxPayload: number) =>
-    new RpcError(413, 'request_too_large', `The request (${size} bytes) is larger than the message bus carries to the instance session (NATS max_payload: ${maxPayload} bytes); send less, or raise max_payload on the NATS servers.`),
+    new RpcError(413, 'request_too_large', `The request (${size} bytes) is larger than the ${maxPayload} bytes the deployment carries to an instance session; send less.`),
   /** The bus itself could not carry the request (NATS disconnected, for example). */
   unavailable: () => new RpcError(503, 'bus_unavailable', 'the message bus is unavailable'),
 };

@@ -82,7 +82,8 @@ function codePoints(text: string, max: number): string {
 /** A mimetype too long for its column keeps its type/subtype and loses its parameters: cut inside
  *  them, a quoted value would be left open in the download's Content-Type. */
 function fittedMimetype(mimetype: string): string {
-  return codePoints(mimetype.length <= 255 ? mimetype : mimetype.split(';')[0].trim(), 255);
+  // 255 characters as the column counts them: code points, not UTF-16 units.
+  return codePoints([...mimetype].length <= 255 ? mimetype : mimetype.split(';')[0].trim(), 255);
 }
 
 /** The record of a media file of this instance, or undefined (also for another instance's file). */

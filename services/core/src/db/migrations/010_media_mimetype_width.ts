@@ -3,6 +3,9 @@
 import type { Knex } from 'knex';
 
 export async function up(knex: Knex): Promise<void> {
+  // Widening rewrites no row but needs a moment's exclusive lock: fail (and let the start retry)
+  // rather than queue every media statement behind a long reader.
+  await knex.raw(`set local lock_timeout = '5s'`);
   await knex.raw('alter table media alter column mimetype type varchar(255)');
 }
 
