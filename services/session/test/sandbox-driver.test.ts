@@ -267,6 +267,34 @@ describe('sandbox driver rules', () => {
     }
   });
 
+  it('refuses an arrival the session closed before taking, instead of answering for a message nobody recorded', async () => {
+    let release!: () => void;
+    let entered!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const firstTaken = new Promise<void>((r) => (entered = r));
+    const slow = new RecordingListener();
+    const onMessage = slow.onMessage.bind(slow);
+    slow.onMessage = async (m) => {
+      if (m.text === 'first') {
+        entered();
+        await gate;
+      }
+      await onMessage(m);
+    };
+    const closing = new SandboxDriver({ instanceId: 'inst-closing', auth: new MemoryAuthStore(), listener: slow, isOwnSend: async () => false, settings: () => settings }, { db, receiptDelayMs: 5, reconnectDelayMs: 5 });
+    await closing.connect();
+    await closing.sandbox('scan', { phone: '5511911112222' });
+    const first = closing.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'first' });
+    await firstTaken;
+    const second = closing.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'second' });
+    const stopped = closing.disconnect();
+    release();
+    assert.equal(typeof (await first).messageId, 'string', 'the one under way was taken');
+    await rejects(second, 409, 'not_connected');
+    await stopped;
+    assert.deepEqual(slow.messages.map((m) => m.text), ['first']);
+  });
+
   it('drop logged_out clears credentials; inbound needs a connection', async () => {
     await rejects(driver.sandbox('inbound', { from: '5511977776666', type: 'text', text: 'x' }), 409, 'not_connected');
     await driver.sandbox('scan', { phone: '5511911112222' });

@@ -138,7 +138,7 @@ export class SandboxDriver implements NetworkDriver {
         return this.inbound(body);
       case 'presence':
         this.requireConnected();
-        await this.emit(() => this.ctx.listener.onPresence(readPresence(body)));
+        await this.arrive(() => this.ctx.listener.onPresence(readPresence(body)));
         return {};
       case 'drop':
         return this.drop(readDrop(body).reason);
@@ -242,7 +242,7 @@ export class SandboxDriver implements NetworkDriver {
   private async inbound(body: Record<string, unknown>): Promise<Record<string, unknown>> {
     const { message } = readInbound(body);
     this.requireConnected();
-    await this.emit(() => this.ctx.listener.onMessage(message));
+    await this.arrive(() => this.ctx.listener.onMessage(message));
     return { messageId: message.messageId };
   }
 
@@ -296,10 +296,10 @@ export class SandboxDriver implements NetworkDriver {
   /** The real network echoes our own sends back to the account as its own messages; the echo is
    *  crossed off the ledger once the session has taken it. */
   private deliverEcho(echo: OwedEcho, download: () => Promise<Uint8Array>): void {
-    void this.emit(async () => {
+    this.emit(async () => {
       await this.ctx.listener.onMessage({ ...echo, media: echo.media ? { ...echo.media, download } : undefined });
       await this.ledgerRow(echo.messageId).update({ echo_owed: null });
-    });
+    }).catch(() => undefined); // not taken: it stays owed, and comes with the next connection
   }
 
   // ---- plumbing ----
@@ -308,6 +308,17 @@ export class SandboxDriver implements NetworkDriver {
     if (this.closed) return Promise.resolve();
     this.state = state;
     return this.emit(() => this.ctx.listener.onState(state, info));
+  }
+
+  /** An arrival a sandbox request waits for. A session that closed while the arrival waited its
+   *  turn never takes it: that is a refusal to retry, not a 200 for a message nobody recorded. */
+  private async arrive(call: () => Promise<void>): Promise<void> {
+    let taken = false;
+    await this.emit(async () => {
+      taken = true;
+      await call();
+    });
+    if (!taken) throw problems.conflict('not_connected', 'The session closed before it took this; send it again once the instance is connected.');
   }
 
   /** Queues a listener call behind the previous ones; resolves when it ran. Errors do not break the chain. */
