@@ -57,9 +57,12 @@ export class ConsumeLoop implements Subscription {
 
   /** The connection to NATS came back. A delivery or an ack can be lost with the old connection, and
    *  a single-owner queue would then wait the whole ack wait (max_ack_pending 1): restarting the
-   *  subscription releases what no handler holds, as at any restart. */
+   *  subscription releases what no handler holds, as at any restart. Within a second, at random:
+   *  every session process reconnects at once after a NATS restart, and each restart costs a few
+   *  JetStream API calls just as the server recovers. */
   reconnected(): void {
-    if (this.opts.releaseStranded) this.messages?.stop();
+    if (!this.opts.releaseStranded) return;
+    setTimeout(() => this.messages?.stop(), Math.random() * 1000).unref();
   }
 
   private get stopped(): boolean {
