@@ -190,10 +190,7 @@ export class SandboxDriver implements NetworkDriver {
     try {
       // A new link of the account: what the network owed an earlier one (before a reset or a
       // logout) is not delivered to it.
-      await this.opts.db('sandbox_ledger')
-        .where({ instance_id: this.ctx.instanceId })
-        .whereRaw(`(receipts_owed <> '{}' or echo_owed is not null)`)
-        .update({ receipts_owed: '{}', echo_owed: null });
+      await this.owedRows().update({ receipts_owed: '{}', echo_owed: null });
       await this.ctx.auth.set({ [CREDS.category]: { [CREDS.key]: { phone } } });
     } catch (err) {
       if (!this.closed) await this.awaitScan(); // a new QR: the phone may scan again
@@ -279,11 +276,12 @@ export class SandboxDriver implements NetworkDriver {
   /** What the network still owes this account (the session was not there to take it): echoes
    *  and receipts, in the order of the sends. */
   private async owedToAccount(): Promise<OwedItem[]> {
-    return this.opts.db('sandbox_ledger')
-      .where({ instance_id: this.ctx.instanceId })
-      .whereRaw(`(receipts_owed <> '{}' or echo_owed is not null)`) // the partial index's predicate
-      .orderBy('seq')
-      .select('messenger_id', 'receipts_owed', 'echo_owed');
+    return this.owedRows().orderBy('seq').select('messenger_id', 'receipts_owed', 'echo_owed');
+  }
+
+  private owedRows() {
+    const predicate = `(receipts_owed <> '{}' or echo_owed is not null)`; // the partial index's (migration 012)
+    return this.opts.db('sandbox_ledger').where({ instance_id: this.ctx.instanceId }).whereRaw(predicate);
   }
 
   private deliverOwed(owed: OwedItem[]): void {
