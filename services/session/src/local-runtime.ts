@@ -72,6 +72,12 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
+  /** Brings this process in line with the instance's recorded `paused` (a cluster session process
+   *  looks now and then): a start or stop request lost on the bus is caught up. */
+  async followRecordedRunState(instanceId: string): Promise<void> {
+    if (!(await this.resume(instanceId))) await this.stopIfPaused(instanceId);
+  }
+
   /** Not awaited: the send handler that noticed the pause must return before its worker can stop. */
   private stopIfPausedLater(instanceId: string): void {
     this.stopIfPaused(instanceId).catch((err: unknown) => this.opts.log.warn({ instanceId, err: String(err) }, 'session: could not stop the paused instance; its sends stay held'));

@@ -96,11 +96,11 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   const rpc = await serveSessionRpc(bus, instanceId, runtime);
   const resumed = await runtime.resume(instanceId);
   log.info({ resumed }, resumed ? 'session: started' : 'session: instance is paused, waiting for start');
-  // Level-triggered: the database's `paused` is the desired run state, and a `start` request is only
-  // the prompt to look at it. A start lost with the bus, or a pause undone after the worker saw it
-  // and stopped, is caught up at the next look (resume does nothing while a worker runs).
+  // Level-triggered: the database's `paused` is the desired run state, and a start or stop request
+  // is only the prompt to look at it. One lost with the bus, or a pause undone after the worker saw
+  // it and stopped, is caught up at the next look.
   const follow = setInterval(() => {
-    runtime.resume(instanceId).catch((err: unknown) => log.warn({ err: String(err) }, 'session: run-state check failed'));
+    runtime.followRecordedRunState(instanceId).catch((err: unknown) => log.warn({ err: String(err) }, 'session: run-state check failed'));
   }, cfg.runStateCheckMs);
   follow.unref();
 

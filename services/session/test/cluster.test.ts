@@ -222,7 +222,7 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     await assert.rejects(fetch(`http://127.0.0.1:${port}/health`), 'the port closes with the process');
   });
 
-  it('a session process follows the recorded run state even when no start request reaches it', async () => {
+  it('a session process follows the recorded run state even when no start or stop request reaches it', async () => {
     const instanceId = await env.createInstance({ paused: true });
     const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-follow-'));
     const cfg = loadSessionConfig({
@@ -235,6 +235,9 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       // A connect whose start request was lost on the bus: only the record says "run".
       await env.db('instances').where({ id: instanceId }).update({ paused: false });
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'started from the record');
+      // And a disconnect whose stop request was lost: only the record says "paused".
+      await env.db('instances').where({ id: instanceId }).update({ paused: true });
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'stopped', 'stopped from the record');
     } finally {
       await shutdown();
       rmSync(dataDir, { recursive: true, force: true });
