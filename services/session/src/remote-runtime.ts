@@ -67,9 +67,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
         if (await resetUnheldSession(this.opts.db, instanceId)) return this.opts.relay.kick();
         // A session still holds the instance without answering: it is stopping (it stops serving
         // requests before it lets go of the instance), or starting.
-        if (Date.now() >= deadline) {
-          throw sessionBusy();
-        }
+        if (Date.now() >= deadline) throw sessionBusy();
         await new Promise((r) => setTimeout(r, 100));
       }
     });

@@ -67,6 +67,7 @@ export class SessionWorker {
   private connection: ConnectionState = 'stopped';
   /** True while reset() logs the driver out. */
   private resetting = false;
+  /** The start-up after the owner lock was taken: until it ends, an owner has no driver. */
   private startingUp: Promise<void> = Promise.resolve();
   private subscription: Subscription | undefined;
   /** Starting/stopping the consumer, one change at a time. */
@@ -188,7 +189,7 @@ export class SessionWorker {
     await this.startingUp;
   }
 
-  /** Recovery, then the driver: an owner has no driver until this is done. */
+  /** Recovery, then the driver. */
   private async startUp(): Promise<void> {
     try {
       await this.recoverInterruptedSends();
