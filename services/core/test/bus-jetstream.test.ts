@@ -222,6 +222,38 @@ describe('JetStreamBus', () => {
       await waitFor(() => got.includes('next'), 'the command published after the restart', 20_000);
     });
 
+    it('leaves idle single-owner consumers subscribed after a restart: one look each, not a restart', async () => {
+      bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'idle', log, pullExpiresMs: 60_000, publishRetryMs: 20_000 });
+      const got: string[] = [];
+      const instances = ['a', 'b', 'c', 'd', 'e', 'f'];
+      for (const inst of instances) {
+        const opts = { stream: 'commands', filter: `cmd.${inst}`, durable: `session-${inst}`, maxAckPending: 1, singleOwner: true } as const;
+        await bus.consume(opts, async (m) => void got.push(str(m.data)));
+      }
+      for (const inst of instances) await bus.publish(`cmd.${inst}`, text(inst), { msgId: inst });
+      await waitFor(() => got.length === instances.length, 'one command for each instance');
+      for (const inst of instances) await waitFor(async () => (await bus.pending('commands', `session-${inst}`)) === 0, 'acks stored');
+
+      // An orderly restart (an upgrade): after kill -9 the server can come back counting acks it
+      // had not yet written as outstanding, which the bus then rightly releases.
+      await server.kill('SIGTERM');
+      await server.restart();
+      await bus.publish('cmd.a', text('after'), { msgId: 'after' }); // returns once the bus is back
+      await waitFor(() => got.includes('after'), 'the command published after the restart', 20_000);
+      await new Promise((r) => setTimeout(r, 1500)); // past the reconnect's random delay of ≤ 1 s
+
+      // The server's JetStream API counter started again at 0 with the restart. nats.js looks at
+      // each consumer once as it resubscribes, and the bus once more; a restart of the consumer
+      // would add at least three calls (stream and consumer upserts, consumer look-up).
+      const nc = await connect({ servers: server.url });
+      try {
+        const { api } = await (await jetstreamManager(nc)).getAccountInfo();
+        assert.ok(api.total <= 2 * instances.length + 1, `${api.total} JetStream API calls after the restart`);
+      } finally {
+        await nc.close();
+      }
+    });
+
     it('recreates its streams and consumers when NATS comes back with empty storage', async () => {
       bus = await JetStreamBus.open({ natsUrl: server.url, namespace: 'wiped', log, pullExpiresMs: 2000, publishRetryMs: 20_000 });
       const got: string[] = [];
@@ -268,11 +300,12 @@ class PrivateNats {
     await waitFor(() => canConnect(this.port), 'nats-server to listen', 10_000);
   }
 
-  async kill(): Promise<void> {
+  /** kill -9 by default; SIGTERM is an orderly stop, which writes JetStream's state first. */
+  async kill(signal: 'SIGKILL' | 'SIGTERM' = 'SIGKILL'): Promise<void> {
     const proc = this.proc;
     if (!proc || proc.exitCode !== null) return;
     const exited = new Promise((r) => proc.once('exit', r));
-    proc.kill('SIGKILL');
+    proc.kill(signal);
     await exited;
   }
 

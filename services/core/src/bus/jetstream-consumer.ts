@@ -17,6 +17,8 @@ export interface ConsumeLoopOptions {
   durable: string;
   /** Creates or updates the stream and the durable consumer; runs before every (re)start. */
   ensureConsumer: () => Promise<void>;
+  /** Single-owner consumers only: whether the server counts a delivery awaiting its ack. */
+  stranded?: () => Promise<boolean>;
   /** Single-owner consumers only: makes deliveries that no handler holds deliverable again now.
    *  Runs before every (re)start at which none of this loop's handlers is running. */
   releaseStranded?: () => Promise<void>;
@@ -57,12 +59,22 @@ export class ConsumeLoop implements Subscription {
 
   /** The connection to NATS came back. A delivery or an ack can be lost with the old connection, and
    *  a single-owner queue would then wait the whole ack wait (max_ack_pending 1): restarting the
-   *  subscription releases what no handler holds, as at any restart. Within a second, at random:
-   *  every session process reconnects at once after a NATS restart, and each restart costs a few
-   *  JetStream API calls just as the server recovers. */
+   *  subscription releases what no handler holds, as at any restart. Only when the server counts a
+   *  delivery that no handler here holds, and within a second at random: every session process
+   *  reconnects at once after a NATS restart, just as the server recovers, and a restart costs a
+   *  few JetStream API calls where this look costs one. */
   reconnected(): void {
-    if (!this.opts.releaseStranded) return;
-    setTimeout(() => this.messages?.stop(), Math.random() * 1000).unref();
+    const { stranded } = this.opts;
+    if (!stranded) return;
+    setTimeout(() => void this.restartIfStranded(stranded), Math.random() * 1000).unref();
+  }
+
+  private async restartIfStranded(stranded: () => Promise<boolean>): Promise<void> {
+    // A running handler holds the only delivery (max_ack_pending 1) and acks it itself.
+    if (this.stopped || this.inFlight.size > 0) return;
+    // Unknown is treated as stranded: the restart retries until the server answers.
+    const restart = await stranded().catch(() => true);
+    if (restart && this.inFlight.size === 0) this.messages?.stop();
   }
 
   private get stopped(): boolean {

@@ -163,6 +163,7 @@ export class JetStreamBus implements Bus {
       stream: this.names.stream(opts.stream),
       durable: opts.durable,
       ensureConsumer: () => this.ensureConsumer(opts.stream, config),
+      stranded: opts.singleOwner ? async () => (await this.unacknowledged(opts.stream, opts.durable)) > 0 : undefined,
       releaseStranded: opts.singleOwner ? () => this.releaseStranded(opts.stream, config) : undefined,
       handler,
       maxAckPending,
@@ -321,12 +322,15 @@ export class JetStreamBus implements Bus {
    * work-queue stream unacknowledged messages stay stored and the new consumer delivers them at once.
    */
   private async releaseStranded(stream: StreamName, config: Partial<ConsumerConfig>): Promise<void> {
-    const streamName = this.names.stream(stream);
     const durable = config.durable_name!;
-    const info = await this.jsm.consumers.info(streamName, durable);
-    if (info.num_ack_pending === 0) return;
-    this.opts.log.info({ durable, unacknowledged: info.num_ack_pending }, 'bus: redelivering messages no handler holds');
-    await this.replaceConsumer(streamName, config);
+    const unacknowledged = await this.unacknowledged(stream, durable);
+    if (unacknowledged === 0) return;
+    this.opts.log.info({ durable, unacknowledged }, 'bus: redelivering messages no handler holds');
+    await this.replaceConsumer(this.names.stream(stream), config);
+  }
+
+  private async unacknowledged(stream: StreamName, durable: string): Promise<number> {
+    return (await this.jsm.consumers.info(this.names.stream(stream), durable)).num_ack_pending;
   }
 
   private async answer(msg: Msg, handler: RequestHandler): Promise<void> {
