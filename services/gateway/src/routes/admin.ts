@@ -24,10 +24,16 @@ function parseDay(value: string | undefined, field: string): Date | undefined {
   const offsetMinutes = (g.sign === '-' ? -1 : 1) * (oh * 60 + om);
   const instant = midnight.getTime() + ((h * 60 + m - offsetMinutes) * 60 + Math.min(s, 59)) * 1000;
   const d = new Date(Math.floor(instant / DAY_MS) * DAY_MS);
-  // Years 1–9998: the day after `to` must still be a date PostgreSQL takes (0000 and 10000 are not).
+  // PostgreSQL has no year 0; a time zone offset can move a date and time into it, or into 10000.
   const year = d.getUTCFullYear();
-  if (year < 1 || year > 9998) throw problems.validation([{ path: field, message: 'must be a date between 0001-01-01 and 9998-12-31' }]);
+  if (year < 1 || year > 9999) throw problems.validation([{ path: field, message: 'must be a date between 0001-01-01 and 9999-12-31' }]);
   return d;
+}
+
+/** A UTC midnight as PostgreSQL reads it, for any year from 1 to 10000 (the day after `to`
+ *  9999-12-31, which an ISO string would write as +010000 and PostgreSQL refuse). */
+function sqlMidnight(d: Date): string {
+  return `${String(d.getUTCFullYear()).padStart(4, '0')}-${d.toISOString().slice(-19, -14)} 00:00:00+00`;
 }
 
 export const adminRoutes = [
@@ -68,7 +74,7 @@ export const adminRoutes = [
 async function countMessages(deps: GatewayDeps, from: Date, until: Date, projectId?: string, instanceId?: string) {
   const { db } = deps;
   const scope = (q: any, table: string) => {
-    q.where(`${table}.created_at`, '>=', from).andWhere(`${table}.created_at`, '<', until);
+    q.where(`${table}.created_at`, '>=', sqlMidnight(from)).andWhere(`${table}.created_at`, '<', sqlMidnight(until));
     if (instanceId) q.andWhere(`${table}.instance_id`, instanceId);
     if (projectId) q.whereIn(`${table}.instance_id`, db('instances').select('id').where({ project_id: projectId }));
     return q;
