@@ -51,21 +51,41 @@ const SECRET_PATTERNS: [RegExp, string][] = [
 ];
 
 /** Replaces our credentials in text a client sent that we repeat (a path in a span or in an
- *  error's detail): a token put in the wrong place must not travel further. */
-export function scrubCredentials(text: string): string {
+ *  error's detail): a token put in the wrong place must not travel further. `secrets` are the
+ *  ones no pattern knows: an ADMIN_API_KEY chosen by the operator has no prefix. */
+export function scrubCredentials(text: string, secrets: readonly string[] = []): string {
+  return scrub(text, CREDENTIAL_PATTERNS, secrets);
+}
+
+/** Replaces every secret-shaped substring of a serialized log line, and the given secrets. */
+export function scrubSecrets(line: string, secrets: readonly string[] = []): string {
+  return scrub(line, SECRET_PATTERNS, secrets);
+}
+
+function scrub(text: string, patterns: [RegExp, string][], secrets: readonly string[]): string {
   let out = text;
-  for (const [pattern, replacement] of CREDENTIAL_PATTERNS) out = out.replace(pattern, replacement);
+  for (const [pattern, replacement] of patterns) out = out.replace(pattern, replacement);
+  for (const secret of secrets) {
+    if (!secret) continue;
+    // As written, as JSON writes it inside a string (a key may hold `"` or `\`), and as a
+    // client percent-encodes it in a path.
+    for (const form of new Set([secret, JSON.stringify(secret).slice(1, -1), encodeURIComponent(secret), encodeURI(secret)])) {
+      out = out.replaceAll(form, '[redacted]');
+    }
+  }
   return out;
 }
 
-/** Replaces every secret-shaped substring of a serialized log line. */
-export function scrubSecrets(line: string): string {
-  let out = line;
-  for (const [pattern, replacement] of SECRET_PATTERNS) out = out.replace(pattern, replacement);
-  return out;
+export interface LoggerOptions {
+  level?: string;
+  name?: string;
+  destination?: NodeJS.WritableStream;
+  /** Secrets without a recognisable shape, replaced wherever they appear in a line. */
+  secrets?: readonly string[];
 }
 
-export function createLogger(opts: { level?: string; name?: string; destination?: NodeJS.WritableStream } = {}): Logger {
+export function createLogger(opts: LoggerOptions = {}): Logger {
+  const secrets = opts.secrets ?? [];
   return pino(
     {
       level: opts.level ?? 'info',
@@ -73,7 +93,7 @@ export function createLogger(opts: { level?: string; name?: string; destination?
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       base: { service: opts.name },
       mixin: () => activeTraceIds(),
-      hooks: { streamWrite: scrubSecrets },
+      hooks: { streamWrite: (line) => scrubSecrets(line, secrets) },
     },
     opts.destination as any,
   );

@@ -41,8 +41,8 @@ export interface PlatformOptions {
 }
 
 export async function openPlatform(config: Config, opts: PlatformOptions): Promise<Platform> {
-  const log = opts.log ?? createLogger({ level: config.logLevel, name: opts.service });
   const keys = await resolveKeys(config, opts.generateMissingKeys);
+  const log = opts.log ?? createLogger({ level: config.logLevel, name: opts.service, secrets: [keys.adminKey] });
   // A short key is the operator's choice (a laptop, a test rig); it is worth a warning, not a refusal.
   if (config.adminApiKey && config.adminApiKey.length < 16) log.warn('ADMIN_API_KEY is shorter than 16 characters; use a long random key outside development');
   const crypto = new Crypto(keys.encryptionKey);

@@ -3,8 +3,12 @@
 import { z } from 'zod';
 import { RESOURCE_ID, SETTING_NAMES, WEBHOOK_DESTINATIONS, type WebhookDestination } from '@switchboard/core';
 
-/** 2–70 characters with at least one visible one: a name of blanks names nothing. */
-export const NAME = z.string().min(2).max(70).refine((s) => /[^\s\u200b-\u200d\u2060\ufeff]/.test(s), 'must contain a visible character');
+/** 2–70 characters with at least one visible one: a name of blanks names nothing. Invisible are
+ *  white space, control and format characters (direction marks, soft hyphens, joiners), the
+ *  characters Unicode says to render as nothing (variation selectors, fillers, tags) and the
+ *  blank braille pattern. */
+const VISIBLE = /[^\s\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}\u2800]/u;
+export const NAME = z.string().min(2).max(70).refine((s) => VISIBLE.test(s), 'must contain a visible character');
 const ID = z.string().min(1).max(64);
 /** A date, or a date and time with an optional offset; routes/admin.ts reads its parts. */
 export const DATE_TIME = /^(?<date>\d{4}-\d{2}-\d{2})(?:T(?<h>\d{2}):(?<m>\d{2})(?::(?<s>\d{2})(?:\.\d{1,9})?)?(?:Z|(?<sign>[+-])(?<oh>\d{2}):?(?<om>\d{2}))?)?$/;

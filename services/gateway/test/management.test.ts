@@ -230,7 +230,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       it('creates with apiToken and returns the full record', async () => {
         assertProblem(await t.admin.post('/api/instances', { name: name(1) }), 400);
         assertProblem(await t.admin.post('/api/instances', { name: name(71) }), 400);
-        for (const blank of ['   ', '\n\n', '\u200b\u200b', '\u00a0\u00a0']) assertProblem(await t.admin.post('/api/instances', { name: blank }), 400);
+        const invisible = ['\u200e\u200f', '\u00ad\u00ad', '\u034f\u034f', '\ufe0f\ufe0f', '\u3164\u3164', '\u2800\u2800', '\u180e\u180e', '\u{E0020}\u{E0020}', '\u0001\u0002'];
+        for (const blank of ['   ', '\n\n', '\u200b\u200b', '\u00a0\u00a0', ...invisible]) assertProblem(await t.admin.post('/api/instances', { name: blank }), 400);
+        for (const visible of ['日本', '👍🏽', 'e\u0301\u200d']) assert.equal((await t.admin.post('/api/instances', { name: visible })).status, 201, visible);
         assert.equal((await t.admin.post('/api/instances', { name: name(70) })).status, 201);
         assertProblem(await t.admin.post('/api/instances', { name: 'No such project', projectId: 'missing' }), 404);
         // An id no project can have is bad input, as it is for projects and keys; a well-formed one that names nothing is absent.
@@ -398,7 +400,7 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.ok(!record.text.includes(saved.body.secret), 'the instance record never shows the secret');
         assert.equal((await t.admin.get(`/api/instances/${inst.id}/webhook/secret`)).body.secret, saved.body.secret);
 
-        for (const bad of ['http://hooks.example.com/x', 'https://hooks.example.com:8443/x', 'https://10.0.0.5/x', 'https://127.0.0.1/x', 'https://[::1]/x', 'https://localhost/x', 'https://printer.local/x', 'https://intranet-host/x', 'https://intranet-host./x', 'https://printer.local./x', 'not a url', 'https://169.254.169.254/latest']) {
+        for (const bad of ['http://hooks.example.com/x', 'https://hooks.example.com:8443/x', 'https://10.0.0.5/x', 'https://127.0.0.1/x', 'https://[::1]/x', 'https://localhost/x', 'https://printer.local/x', 'https://intranet-host/x', 'https://intranet-host./x', 'https://printer.local./x', 'not a url', 'https://169.254.169.254/latest', ' https://hooks.example.com/x', 'https://hooks.example.com/x\n', '  ']) {
           const res = await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: bad });
           assertProblem(res, 400);
           assert.equal(res.body.errors[0].path, 'url', bad);

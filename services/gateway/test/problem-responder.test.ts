@@ -6,21 +6,26 @@ import { createLogger, Problem } from '@switchboard/core';
 import { problemResponder } from '../src/http/errors.ts';
 import { listen } from '../src/listen.ts';
 
+/** An ADMIN_API_KEY as an operator may choose it: no prefix a pattern would recognise. */
+const CHOSEN_KEY = 'our-"admin"-key-2026';
+
 describe('problemResponder', () => {
   const lines: { level: number; msg: string; err?: { stack?: string }; problem?: string }[] = [];
   let server: Awaited<ReturnType<typeof listen>>;
 
   before(async () => {
-    const log = createLogger({ level: 'info', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) }) });
+    const log = createLogger({ level: 'info', secrets: [CHOSEN_KEY], destination: new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) }) });
     const app = new Koa();
     app.silent = true;
-    app.use(problemResponder(log));
+    app.use(problemResponder(log, [CHOSEN_KEY]));
     app.use((ctx) => {
       if (ctx.path === '/bug') throw new Error('connection to postgres://user:pw@db failed');
       if (ctx.path === '/not-ready') throw new Problem(503, 'not_ready', 'Not ready: the database did not answer.');
       if (ctx.path === '/db-down') throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }); // as pg raises it
       if (ctx.path === '/integrity') throw new Problem(500, 'media_integrity_failed', 'The stored file failed its integrity check.');
       if (ctx.path === '/bad') throw new Problem(400, 'validation_failed', 'The request is not valid.');
+      if (ctx.path.startsWith('/lookup/')) throw new Problem(404, 'not_found', `Instance ${decodeURIComponent(ctx.path.slice(8))} does not exist.`);
+      if (ctx.path.startsWith('/fail/')) throw new Error(`lookup of ${decodeURIComponent(ctx.path.slice(6))} failed`);
       if (ctx.path === '/bad-from-koa') throw Object.assign(new Error('Invalid JSON'), { status: 400, expose: true }); // as http-errors raises them
       ctx.status = 404;
     });
@@ -68,5 +73,15 @@ describe('problemResponder', () => {
     assert.equal(notFound.status, 404);
     assert.equal(notFound.body.code, 'not_found');
     assert.equal(lines.length, 0);
+  });
+
+  it('never repeats a secret without a recognisable shape (a chosen admin key) in a body or a log line', async () => {
+    const res = await get(`/lookup/${encodeURIComponent(CHOSEN_KEY)}`);
+    assert.equal(res.status, 404);
+    assert.equal(res.body.detail, 'Instance [redacted] does not exist.');
+    assert.equal((await get(`/fail/${encodeURIComponent(CHOSEN_KEY)}`)).status, 500);
+    assert.equal(lines.length, 1);
+    assert.match(lines[0].err?.stack ?? '', /lookup of \[redacted\] failed/);
+    assert.ok(!JSON.stringify(lines).includes('admin'), 'the key, as written or JSON-escaped');
   });
 });

@@ -12,11 +12,12 @@ import { contextFromHeaders, markFailed, scrubCredentials, SpanKind, tracer, typ
 /** Route label of requests that matched no route (bounded: never the raw path). */
 const UNMATCHED = 'unmatched';
 
-export function observeRequests(metrics: Metrics, log: Logger) {
+/** `secrets`: credentials without a recognisable shape (the admin key) never put in a span. */
+export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly string[] = []) {
   return async (ctx: Context, next: Next): Promise<void> => {
     const started = process.hrtime.bigint();
     const existing = trace.getActiveSpan();
-    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubCredentials(ctx.path) } }, contextFromHeaders(ctx.headers));
+    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubCredentials(ctx.path, secrets) } }, contextFromHeaders(ctx.headers));
     try {
       await context.with(trace.setSpan(context.active(), span), next);
     } catch (err) {

@@ -29,7 +29,7 @@ async function validateDestinations(body: z.infer<typeof WebhookBody>, allowPriv
   const errors: FieldProblem[] = [];
   const config: Record<string, string> = {};
   for (const d of WEBHOOK_DESTINATIONS) {
-    const value = (body[d] ?? '').trim();
+    const value = body[d] ?? ''; // as written: a blank is not an empty string, nor part of a URL
     const problem = webhookUrlProblem(value, allowPrivate);
     if (problem) errors.push({ path: d, message: problem });
     config[d] = value;
