@@ -1,11 +1,13 @@
 // RFC 9457 problem details (DESIGN §5). Throw a Problem anywhere in a request; the gateway's
 // error middleware turns it into an application/problem+json response.
+import { STATUS_CODES } from 'node:http';
 
 export interface FieldProblem {
   path: string;
   message: string;
 }
 
+/** RFC 9110's names where Node still has older ones (413, 422); Node's table for the rest. */
 const TITLES: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
@@ -38,7 +40,7 @@ export class Problem extends Error {
   }
 
   get title(): string {
-    return TITLES[this.status] ?? 'Error';
+    return TITLES[this.status] ?? STATUS_CODES[this.status] ?? 'Error';
   }
 
   toJSON(): Record<string, unknown> {

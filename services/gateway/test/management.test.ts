@@ -100,7 +100,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       // What Node would answer with an empty body, or not at all.
       const problemOf = (answer: string) => {
         assert.match(answer, /content-type: application\/problem\+json/i, answer);
-        return [Number(answer.slice(9, 12)), JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).code];
+        const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+        assert.notEqual(body.title, 'Error', 'every status has its own title');
+        return [Number(answer.slice(9, 12)), body.code];
       };
       assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n')), [400, 'host_required']);
       assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n')), [417, 'expectation_failed']);
