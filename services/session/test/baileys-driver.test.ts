@@ -254,6 +254,27 @@ describe('baileys driver: connection', () => {
     assert.deepEqual(r.network.pairingRequests, ['5511988887777']);
   });
 
+  it('refuses a pairing code at once (409 not_pairing) when the session logs in with a linked phone', async () => {
+    const isNotPairing = (err: { status?: number; code?: string }) => (assert.deepEqual([err.status, err.code], [409, 'not_pairing']), true);
+    // Kept credentials: the reconnecting socket will never show a QR to pair with.
+    const paired = await connectedRig({ pairingReadyTimeoutMs: 10_000 });
+    await paired.driver.disconnect();
+    await paired.driver.connect();
+    const refusedAt = Date.now();
+    await assert.rejects(paired.driver.requestPairingCode('5511988887777'), isNotPairing);
+    assert.ok(Date.now() - refusedAt < 5000, 'refused, not timed out');
+
+    // A request already waiting for a QR when the socket logs in instead.
+    const r = rig({ pairingReadyTimeoutMs: 10_000 });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    const waiting = r.driver.requestPairingCode('5511988887777');
+    await settled();
+    r.sock().open();
+    await assert.rejects(waiting, isNotPairing);
+    assert.deepEqual([...paired.network.pairingRequests, ...r.network.pairingRequests], []);
+  });
+
   it('a pairing-code request while WhatsApp is unreachable fails with a clear reason', async () => {
     const r = rig({ pairingReadyTimeoutMs: 60 });
     await r.driver.connect();

@@ -93,6 +93,11 @@ export async function saveCreds(store: AuthStore, creds: AuthenticationCreds): P
   await store.set({ [CREDS_CATEGORY]: { [CREDS_KEY]: toPlain(creds) } });
 }
 
+/** Credentials of a completed pairing: the socket logs in with them instead of pairing. */
+export function hasLinkedAccount(creds: AuthenticationCreds): boolean {
+  return Boolean(creds.me && creds.account);
+}
+
 /**
  * A pairing-code request writes `me` into the credentials before the phone has confirmed anything;
  * only a completed pairing adds `account` (the signed device identity). A socket opened with such
@@ -101,7 +106,7 @@ export async function saveCreds(store: AuthStore, creds: AuthenticationCreds): P
  * pairing lets the new socket register afresh (new QR, or a new code). Returns whether it changed.
  */
 export function forgetUnfinishedPairing(creds: AuthenticationCreds): boolean {
-  if (!creds.me || creds.account) return false;
+  if (!creds.me || hasLinkedAccount(creds)) return false;
   delete creds.me;
   creds.pairingCode = undefined;
   creds.registered = false;

@@ -23,6 +23,7 @@ import {
   NOT_CONNECTED,
   PAIRING_CODE_TTL_MS,
   problems,
+  type Problem,
   SendError,
   withDeadline,
   type ConnectionState,
@@ -34,7 +35,7 @@ import {
   type PairingCode,
   type Receipt,
 } from '@switchboard/core';
-import { forgetUnfinishedPairing, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
+import { forgetUnfinishedPairing, hasLinkedAccount, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
 import { backoffDelay, closeAction, closeCode, closeDetail, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
 import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
 import { destinationJid, lidSide, normalised, phoneOf } from './jids.ts';
@@ -103,7 +104,7 @@ export class BaileysDriver implements NetworkDriver {
   private reconnectTimer: NodeJS.Timeout | null = null;
   /** The socket that has shown a QR, i.e. is ready for a pairing-code request. */
   private readySocket: BaileysSocket | null = null;
-  private readyWaiters: Array<(sock: BaileysSocket) => void> = [];
+  private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
   /** Why the last socket closed, until a newer one reaches the server (explains a failed pairing request). */
   private lastCloseReason: string | null = null;
   private readonly groupCache = new Map<string, { meta: GroupMetadata; at: number }>();
@@ -162,6 +163,8 @@ export class BaileysDriver implements NetworkDriver {
     if (!/^\d{8,15}$/.test(phone)) throw problems.badRequest('invalid_phone', 'The phone must be 8 to 15 digits.');
     if (this.connected) throw problems.conflict('already_connected', 'The instance is already connected.');
     if (!this.running) throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
+    // Kept credentials of a linked phone: the socket logs in with them and never shows a QR.
+    if (this.creds && hasLinkedAccount(this.creds)) throw linkedAlready();
     const sock = await this.waitUntilReady(this.opts.pairingReadyTimeoutMs ?? 20_000);
     const code = await sock.requestPairingCode(phone);
     return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt: new Date(Date.now() + PAIRING_CODE_TTL_MS) };
@@ -242,9 +245,9 @@ export class BaileysDriver implements NetworkDriver {
             : 'The network session is not ready for pairing yet; try again.';
         reject(problems.unavailable('pairing_not_ready', detail));
       }, timeoutMs);
-      const waiter = (sock: BaileysSocket) => {
-        clearTimeout(timer);
-        resolve(sock);
+      const waiter = {
+        resolve: (sock: BaileysSocket) => (clearTimeout(timer), resolve(sock)),
+        reject: (err: Error) => (clearTimeout(timer), reject(err)),
       };
       this.readyWaiters.push(waiter);
     });
@@ -286,7 +289,7 @@ export class BaileysDriver implements NetworkDriver {
     this.lastCloseReason = null;
     const waiters = this.readyWaiters;
     this.readyWaiters = [];
-    for (const waiter of waiters) waiter(sock);
+    for (const waiter of waiters) waiter.resolve(sock);
   }
 
   private async onConnectionUpdate(sock: BaileysSocket, update: BaileysEventMap['connection.update']): Promise<void> {
@@ -296,6 +299,8 @@ export class BaileysDriver implements NetworkDriver {
     }
     if (update.connection === 'open') {
       this.connected = true;
+      // Logged in with kept credentials while a pairing-code request waited for a QR: none will come.
+      for (const waiter of this.readyWaiters.splice(0)) waiter.reject(linkedAlready());
       this.lastCloseReason = null;
       this.reconnectAttempt = 0;
       await this.report('connected', { phone: phoneOf(sock.user?.id) });
@@ -540,4 +545,8 @@ function errorSummary(error: unknown): string {
 function quieterLevel(parent: Logger, wanted: string): string {
   const wantedValue = parent.levels.values[wanted] ?? parent.levels.values.warn;
   return parent.levelVal > wantedValue ? parent.level : wanted;
+}
+
+function linkedAlready(): Problem {
+  return problems.conflict('not_pairing', 'The instance reconnects with the credentials of its linked phone; reset it to pair another one.');
 }
