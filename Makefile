@@ -4,7 +4,7 @@ SHELL := /bin/bash
 NODE := node --import tsx
 TEST_SPEC := "services/*/test/**/*.test.ts" "test/e2e/**/*.test.ts" "test/chaos/**/*.test.ts"
 
-.PHONY: run test lint typecheck bench chaos install system-deps services
+.PHONY: run build test lint typecheck bench chaos install system-deps services
 
 node_modules/.installed: package.json package-lock.json services/*/package.json
 	@echo "==> installing npm packages (npm ci)"
@@ -29,8 +29,12 @@ system-deps:
 services:
 	@scripts/ensure-services.sh
 
-run: install
-	@$(NODE) services/server/src/main.ts
+## dist/<process>.mjs, what production runs (scripts/build.ts): no TypeScript loader at run time.
+build: install
+	@$(NODE) scripts/build.ts
+
+run: build
+	@node dist/server.mjs
 
 typecheck: install
 	npx tsc -p tsconfig.json

@@ -3,7 +3,7 @@ import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', 'data/**', 'services/dashboard/public/vendor/**', 'charts/**'] },
+  { ignores: ['**/node_modules/**', 'data/**', 'dist/**', 'services/dashboard/public/vendor/**', 'charts/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   { files: ['services/dashboard/public/**/*.js'], languageOptions: { globals: globals.browser } },

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { builtService } from '../support/built.ts';
 import { spawnManaged, startCluster, startPrivateNats, waitUntil, type Cluster, type ManagedProcess, type PrivateServer } from '../support/cluster.ts';
 import { createTestDatabase } from '../support/services.ts';
 import { freePort } from '../support/server.ts';
@@ -49,7 +50,7 @@ export async function startEmbedded(extraEnv: Record<string, string> = {}): Prom
   const adminKey = `admin-${randomBytes(16).toString('hex')}`;
   const p = spawnManaged({
     name: 'embedded',
-    args: ['--import', 'tsx', 'services/server/src/main.ts'],
+    args: [await builtService('server')],
     env: { PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, ADMIN_API_KEY: adminKey, NETWORK_DRIVER: 'sandbox', RATE_LIMIT_PER_MINUTE: '1000000', LOG_LEVEL: 'warn', ...extraEnv },
     supervise: false,
   });

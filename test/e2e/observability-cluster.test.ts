@@ -13,6 +13,8 @@ import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { NATS_URL, createTestDatabase, testNamespace } from '../support/services.ts';
+import type { ServiceName } from '../../scripts/build.ts';
+import { builtService } from '../support/built.ts';
 import { freePort } from '../support/server.ts';
 import { ApiClient, eventually } from '../support/http.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
@@ -70,8 +72,8 @@ function fromOtlpJson(body: any): SpanRecord[] {
   return out;
 }
 
-function startProcess(name: string, entry: string, env: Record<string, string>, output: string[]): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+async function startProcess(name: ServiceName, env: Record<string, string>, output: string[]): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [await builtService(name)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const keep = (chunk: Buffer) => output.push(...chunk.toString('utf8').split('\n').filter(Boolean).map((l) => `[${name}] ${l}`));
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
@@ -126,10 +128,10 @@ describe('observability (cluster mode: three processes, NATS headers)', function
       OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=obs-test',
       DISPATCHER_POLL_INTERVAL_MS: '100',
     };
-    children.push(startProcess('gateway', 'services/gateway/src/main.ts', { ...env, PORT: String(port), HOST: '127.0.0.1' }, output));
+    children.push(await startProcess('gateway', { ...env, PORT: String(port), HOST: '127.0.0.1' }, output));
     await eventually(async () => (await fetch(`${gatewayUrl}/health`)).ok, 30_000, 'gateway up');
     dispatcherHealthPort = await freePort();
-    children.push(startProcess('dispatcher', 'services/dispatcher/src/main.ts', { ...env, HEALTH_PORT: String(dispatcherHealthPort) }, output));
+    children.push(await startProcess('dispatcher', { ...env, HEALTH_PORT: String(dispatcherHealthPort) }, output));
     admin = new ApiClient(gatewayUrl, env.ADMIN_API_KEY);
   });
 
@@ -153,7 +155,7 @@ describe('observability (cluster mode: three processes, NATS headers)', function
     // The session process serves one existing instance: create it, then start its process.
     const created = await admin.post('/api/instances', { name: 'cluster-trace' });
     assert.equal(created.status, 201, created.text);
-    children.push(startProcess('session', 'services/session/src/main.ts', { ...env, INSTANCE_ID: created.body.id }, output));
+    children.push(await startProcess('session', { ...env, INSTANCE_ID: created.body.id }, output));
     await eventually(async () => (await admin.post(`/api/instances/${created.body.id}/connect`)).status === 200, 30_000, 'session process answering');
     await eventually(async () => (await admin.get(`/api/instances/${created.body.id}`)).body.state === 'awaiting_scan', 15_000, 'awaiting_scan');
     assert.equal((await admin.post(`/sandbox/instances/${created.body.id}/scan`, { phone: '5511988887777' })).status, 200);

@@ -1,6 +1,7 @@
 // Cluster mode on one machine, for the chaos tests and the benchmarks: private PostgreSQL and
 // NATS servers this run alone may restart, and the gateway, dispatcher and session processes
-// (`node --import tsx services/<name>/src/main.ts`) under a supervisor that restarts any process
+// as production runs them (`node dist/<name>.mjs`, built once per test run from the current
+// sources by scripts/build.ts) under a supervisor that restarts any process
 // that exits — what Kubernetes does in a real cluster — so "killed and came back by itself" is
 // exactly what the tests observe. Nothing here touches the shared servers on 5432/4222.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -8,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { builtService } from './built.ts';
 import { freePort } from './server.ts';
 import { eventually } from './http.ts';
 import { TEST_CA_PATH } from './https-receiver.ts';
@@ -226,6 +228,7 @@ export interface Cluster {
 }
 
 export async function startCluster(opts: ClusterOptions & { dispatchers?: number }): Promise<Cluster> {
+  const entries = { gateway: await builtService('gateway'), dispatcher: await builtService('dispatcher'), session: await builtService('session') };
   const port = await freePort();
   const adminKey = `admin-${randomBytes(16).toString('hex')}`;
   const dataDir = mkdtempSync(join(tmpdir(), 'sb-cluster-'));
@@ -246,7 +249,7 @@ export async function startCluster(opts: ClusterOptions & { dispatchers?: number
     LOG_LEVEL: 'warn',
     ...opts.env,
   };
-  const service = (name: string) => [...(opts.nodeArgs ?? []), '--import', 'tsx', `services/${name}/src/main.ts`];
+  const service = (name: keyof typeof entries) => [...(opts.nodeArgs ?? []), entries[name]];
   const url = `http://127.0.0.1:${port}`;
   const ready = (timeoutMs = 60_000) =>
     waitUntil('gateway /health', async () => (await fetch(`${url}/health`).catch(() => undefined))?.ok, timeoutMs, 100).then(() => undefined);

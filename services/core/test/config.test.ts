@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
+import { builtService } from '../../../test/support/built.ts';
 
 describe('configuration', () => {
   it('has the documented defaults', () => {
@@ -80,9 +81,9 @@ describe('configuration', () => {
     }
   });
 
-  it('makes the server exit non-zero with the bad variable named', function () {
+  it('makes the server exit non-zero with the bad variable named', async function () {
     this.timeout(30_000);
-    const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/server/src/main.ts'], {
+    const run = spawnSync(process.execPath, [await builtService('server')], {
       env: { ...process.env, PORT: '-1', RATE_LIMIT_PER_MINUTE: 'lots' },
       encoding: 'utf8',
       timeout: 25_000,
@@ -92,7 +93,8 @@ describe('configuration', () => {
     assert.match(run.stderr, /configuration error: RATE_LIMIT_PER_MINUTE: /);
   });
 
-  it('names the variable when a start step fails: the database, the bus, the listen address', function () {
+  it('names the variable when a start step fails: the database, the bus, the listen address', async function () {
+    const server = await builtService('server');
     this.timeout(60_000);
     const cases: [Record<string, string>, RegExp][] = [
       [{ DATABASE_URL: 'postgres://127.0.0.1:1/none' }, /^Switchboard failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/m],
@@ -104,7 +106,7 @@ describe('configuration', () => {
     for (const [env, expected] of cases) {
       const dataDir = mkdtempSync(join(tmpdir(), 'sb-start-'));
       try {
-        const run = spawnSync(process.execPath, ['--import', 'tsx', 'services/server/src/main.ts'], {
+        const run = spawnSync(process.execPath, [server], {
           env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn', ...env },
           encoding: 'utf8',
           timeout: 25_000,

@@ -3,9 +3,11 @@
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, extname, join, relative, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
 
-export const PUBLIC_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', 'public');
+/** Found through the package (its entry is src/index.ts), not beside this file: in a built
+ *  process (dist/) this code is no longer in services/dashboard. */
+export const PUBLIC_DIR = join(dirname(createRequire(import.meta.url).resolve('@switchboard/dashboard')), '..', 'public');
 
 export interface Asset {
   body: Buffer;

@@ -1,19 +1,18 @@
-// Crash safety of the standalone dispatcher (main.ts) on PostgreSQL + NATS JetStream: two
+// Crash safety of the standalone dispatcher (as built: dist/dispatcher.mjs) on PostgreSQL + NATS JetStream: two
 // replicas share the work; one is killed with SIGKILL in the middle of a burst of events published
 // the way the outbox relay does, and a replacement starts as an orchestrator would restart it.
 // Every event must be delivered at least once; the only duplicates are redeliveries of the same
 // event id with the same body.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { OutboxRelay, openBus, type Bus } from '@switchboard/core';
 import type { Knex } from 'knex';
+import { builtService } from '../../../test/support/built.ts';
 import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { startHttpsReceiver, TEST_CA_PATH, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { createInstance, deleteNamespaceStreams, log, masterKey, openTestDatabase, recordTestEvent, waitFor } from './support.ts';
 
-const MAIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.ts');
+let main: string;
 const EVENTS = 300;
 
 interface DispatcherProcess {
@@ -23,7 +22,7 @@ interface DispatcherProcess {
 }
 
 function spawnDispatcher(env: Record<string, string>): DispatcherProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [main], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const started = new Promise<void>((resolve, reject) => {
     const onData = (chunk: Buffer) => {
@@ -50,6 +49,7 @@ describe('dispatcher crash safety (main.ts, PostgreSQL + NATS)', function () {
   const processes: DispatcherProcess[] = [];
 
   before(async () => {
+    main = await builtService('dispatcher');
     ({ db, drop, url: dbUrl } = await openTestDatabase());
     bus = await openBus({ natsUrl: NATS_URL, namespace, log });
     receiver = await startHttpsReceiver(() => ({ status: 200, delayMs: 5 }));
@@ -123,7 +123,7 @@ describe('dispatcher crash safety (main.ts, PostgreSQL + NATS)', function () {
 
   it('refuses at start a replica silence shorter than two heartbeats, naming the variable', () => {
     const env = { ...process.env, DATABASE_URL: dbUrl, NATS_URL, ENCRYPTION_KEY: masterKey.toString('base64'), DISPATCHER_REPLICA_HEARTBEAT_MS: '1000', DISPATCHER_REPLICA_GONE_AFTER_MS: '1500' };
-    const run = spawnSync(process.execPath, ['--import', 'tsx', MAIN], { env, encoding: 'utf8', timeout: 30_000 });
+    const run = spawnSync(process.execPath, [main], { env, encoding: 'utf8', timeout: 30_000 });
     assert.equal(run.status, 2, run.stderr);
     assert.match(run.stderr, /configuration error: DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS \(1000\), got 1500/);
   });

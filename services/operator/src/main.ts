@@ -1,4 +1,4 @@
-// Operator process: `node --import tsx services/operator/src/main.ts`. Campaigns for the Lease;
+// Operator process: `node dist/operator.mjs` (built by scripts/build.ts). Campaigns for the Lease;
 // only the leader runs the controller. Losing the lease ends the process (the Deployment starts
 // a fresh one that campaigns again), so a stale leader never keeps reconciling.
 import { KubeConfig } from '@kubernetes/client-node';

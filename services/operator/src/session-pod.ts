@@ -19,7 +19,7 @@ export interface SessionPodSettings {
   command?: string[];
 }
 
-const DEFAULT_COMMAND = ['node', '--import', 'tsx', 'services/session/src/main.ts'];
+const DEFAULT_COMMAND = ['node', 'dist/session.mjs']; // built into the image (scripts/build.ts)
 /** The session's HEALTH_PORT: /health (liveness) and /ready (database and bus). */
 const HEALTH_PORT = 8080;
 const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({

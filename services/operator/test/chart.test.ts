@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { ENTRY_POINTS } from '../../../scripts/build.ts';
 import { sessionPod } from '../src/session-pod.ts';
 import { CRD_FILES } from './helpers.ts';
 import { K8S_SCHEMAS } from './k8s-schemas.ts';
@@ -123,7 +124,10 @@ describe('chart, CRDs and examples', function () {
     assert.match(dockerfile, /apt-get install[^\n]*\bffmpeg\b/);
     const user = /^USER\s+(\S+)/m.exec(dockerfile.slice(dockerfile.lastIndexOf('FROM')))?.[1] ?? '';
     assert.ok(user && !/^(0|root)(:|$)/.test(user), `the final stage runs as a non-root user (${user})`);
-    assert.match(dockerfile, /^COPY services \.\/services$/m);
+    assert.match(dockerfile, /^RUN node --import tsx scripts\/build\.ts$/m, 'the image builds dist/');
+    // From the stage that ran npm ci: packages npm installed inside a workspace come along.
+    assert.match(dockerfile, /^COPY --from=deps \/app\/services \.\/services$/m);
+    assert.match(dockerfile, /^COPY --from=deps \/app\/dist \.\/dist$/m);
     // npm ci needs the package.json of every workspace before the sources are copied.
     for (const service of readdirSync(root('services'))) {
       if (existsSync(root(`services/${service}/package.json`))) assert.ok(dockerfile.includes(`COPY services/${service}/package.json services/${service}/`), `${service}/package.json is copied`);
@@ -133,9 +137,10 @@ describe('chart, CRDs and examples', function () {
     const commands = objs.filter((o) => o.kind === 'Deployment').flatMap((d) => d.spec.template.spec.containers).filter((c: Obj) => c.image.includes('switchboard'));
     assert.equal(commands.length, 3);
     const sessionCommand = sessionPod({ metadata: { name: 'i', namespace: 'n', uid: 'u' }, spec: { displayName: 'i' } }, { image: 'x' }).spec!.containers[0].command!;
+    const built = Object.keys(ENTRY_POINTS).map((name) => `dist/${name}.mjs`);
     for (const command of [...commands.map((c: Obj) => (images.add(c.image), c.command)), sessionCommand]) {
-      assert.equal(command[0], 'node');
-      assert.ok(existsSync(root(command.at(-1))), `${command.at(-1)} exists`);
+      assert.deepEqual([command[0], command.length], ['node', 2]);
+      assert.ok(built.includes(command[1]), `${command[1]} is one of what scripts/build.ts builds`);
     }
     assert.equal(images.size, 1, 'one image');
     const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];

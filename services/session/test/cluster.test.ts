@@ -15,6 +15,7 @@ import { ownerLockFor } from '../src/owner-lock.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
 import { serveSessionRpc } from '../src/rpc-server.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
+import { builtService } from '../../../test/support/built.ts';
 
 describe('expiry sweeper', () => {
   let env: Env;
@@ -273,8 +274,8 @@ describe('session process configuration', () => {
     assert.throws(() => loadSessionConfig({ HEALTH_PORT: 'eighty' }), (e: unknown) => e instanceof ConfigError && e.problems.some((p) => p.startsWith('HEALTH_PORT: ')));
   });
 
-  it('exits non-zero with one clear line on bad configuration', () => {
-    const out = spawnSync(process.execPath, ['--import', 'tsx', 'services/session/src/main.ts'], {
+  it('exits non-zero with one clear line on bad configuration', async () => {
+    const out = spawnSync(process.execPath, [await builtService('session')], {
       env: { PATH: process.env.PATH, INSTANCE_ID: 'Bad_Id' },
       encoding: 'utf8',
       timeout: 20_000,

@@ -1,4 +1,4 @@
-// kill -9 of a session process (main.ts) in the middle of a burst of queued sends, on PostgreSQL +
+// kill -9 of a session process (as built: dist/session.mjs) in the middle of a burst of queued sends, on PostgreSQL +
 // NATS JetStream, then a restart: every item ends terminal, nothing is sent twice, and the item
 // that was in flight is reported uncertain instead of being resent.
 import assert from 'node:assert/strict';
@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DbAuthStore, enqueueOutbox, newId, newMessengerId, subjects } from '@switchboard/core';
+import { builtService } from '../../../test/support/built.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
 import { openEnv, until, type Env } from './harness.ts';
 
@@ -17,9 +18,11 @@ describe('session process killed with SIGKILL during a burst', function () {
   this.timeout(120_000);
   let env: Env;
   let dataDir: string;
+  let main: string;
   const children: ChildProcess[] = [];
 
   before(async () => {
+    main = await builtService('session');
     env = await openEnv({ nats: true });
     dataDir = mkdtempSync(join(tmpdir(), 'sb-session-proc-'));
   });
@@ -30,7 +33,7 @@ describe('session process killed with SIGKILL during a burst', function () {
   });
 
   function spawnSession(instanceId: string): ChildProcess {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'services/session/src/main.ts'], {
+    const child = spawn(process.execPath, [main], {
       env: {
         PATH: process.env.PATH,
         INSTANCE_ID: instanceId,
