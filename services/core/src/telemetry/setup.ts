@@ -3,10 +3,10 @@
 // (or with OTEL_SDK_DISABLED=true) nothing is started and every span is a no-op. The exporter
 // follows OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_PROTOCOL (OTLP over HTTP by default).
 // Tests pass their own exporter (an InMemorySpanExporter) instead.
-import { NodeSDK } from '@opentelemetry/sdk-node';
-import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
-import { SimpleSpanProcessor, type SpanExporter } from '@opentelemetry/sdk-trace-base';
-import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
+//
+// The SDK is imported only when tracing starts: a process that does not trace (the default) is
+// spared its modules, about 16 MiB of memory in every session process.
+import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { Instrumentation } from '@opentelemetry/instrumentation';
 
 export interface TelemetryOptions {
@@ -44,6 +44,12 @@ export async function startTelemetry(opts: TelemetryOptions): Promise<Telemetry>
   const env = opts.env ?? process.env;
   if (!opts.spanExporter && !telemetryConfigured(env)) return DISABLED;
   const instrumentations = opts.autoInstrument === false ? [] : await autoInstrumentations();
+  const [{ NodeSDK }, { defaultResource, resourceFromAttributes }, { SimpleSpanProcessor }, { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION }] = await Promise.all([
+    import('@opentelemetry/sdk-node'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/sdk-trace-base'),
+    import('@opentelemetry/semantic-conventions'),
+  ]);
   const sdk = new NodeSDK({
     serviceName: env.OTEL_SERVICE_NAME?.trim() || opts.serviceName,
     // The SDK's default resource (telemetry.sdk.*) is kept: a `resource` option replaces it.
@@ -87,9 +93,10 @@ async function basicDetectors() {
   return [envDetector, hostDetector, processDetector];
 }
 
-/** http (server and client), koa, pg and undici. Of the bundle's other instrumentations, those
- *  for modules this project loads are switched off: they would only add noise (fs, dns, net,
- *  knex duplicating pg, pino — trace ids come from our own logger mixin). */
+/** http (outgoing requests), pg and undici. Of the bundle's other instrumentations, those for
+ *  modules this project loads are switched off: they would only add noise (fs, dns, net, knex
+ *  duplicating pg, pino — trace ids come from our own logger mixin, koa — a span per middleware
+ *  beside the gateway's own server span). */
 async function autoInstrumentations(): Promise<Instrumentation[]> {
   const { getNodeAutoInstrumentations } = await import('@opentelemetry/auto-instrumentations-node');
   const off = { enabled: false };
@@ -97,9 +104,11 @@ async function autoInstrumentations(): Promise<Instrumentation[]> {
     '@opentelemetry/instrumentation-http': {
       // The OTLP exporter's own requests would otherwise be traced too.
       ignoreOutgoingRequestHook: (req) => String(req.path ?? '').startsWith('/v1/traces'),
-      // Its server spans record the query string, which for a signed media link is a credential;
-      // the gateway's own server span (http/observability.ts) records the path only.
-      ignoreIncomingRequestHook: (req) => /[?&]signature=/i.test(req.url ?? ''),
+      // Server spans are the gateway's own (http/observability.ts): named by route, with the path
+      // scrubbed of credentials. This instrumentation's would record the raw path and query (a
+      // signed media link's signature, a token put in a path), and whether it got to patch the
+      // server would depend on the order modules load in; so it traces outgoing requests only.
+      disableIncomingRequestInstrumentation: true,
     },
     '@opentelemetry/instrumentation-pg': { enhancedDatabaseReporting: false },
     // A webhook attempt is already our own CLIENT span and sets the traceparent the receiver sees;
@@ -109,6 +118,7 @@ async function autoInstrumentations(): Promise<Instrumentation[]> {
     '@opentelemetry/instrumentation-dns': off,
     '@opentelemetry/instrumentation-net': off,
     '@opentelemetry/instrumentation-knex': off,
+    '@opentelemetry/instrumentation-koa': off,
     '@opentelemetry/instrumentation-pino': off,
     '@opentelemetry/instrumentation-generic-pool': off,
     '@opentelemetry/instrumentation-runtime-node': off,
