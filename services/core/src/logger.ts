@@ -51,8 +51,8 @@ const SECRET_PATTERNS: [RegExp, string][] = [
 ];
 
 /** Replaces our credentials in text a client sent that we repeat (a path in a span or in an
- *  error's detail): a token put in the wrong place must not travel further. `secrets` are the
- *  ones no pattern knows: an ADMIN_API_KEY chosen by the operator has no prefix. */
+ *  error's detail): a token put in the wrong place must not travel further. `secrets`
+ *  (from secretForms) are the ones no pattern knows. */
 export function scrubCredentials(text: string, secrets: readonly string[] = []): string {
   return scrub(text, CREDENTIAL_PATTERNS, secrets);
 }
@@ -62,17 +62,26 @@ export function scrubSecrets(line: string, secrets: readonly string[] = []): str
   return scrub(line, SECRET_PATTERNS, secrets);
 }
 
-function scrub(text: string, patterns: [RegExp, string][], secrets: readonly string[]): string {
+/** Secrets shorter than this are not replaced by value: a short one could match a number or a
+ *  field name and break the line it is in (ADMIN_API_KEY warns below this length). */
+export const MIN_SCRUBBED_SECRET_LENGTH = 16;
+
+/** The ways a secret without a recognisable shape (an ADMIN_API_KEY chosen by the operator, no
+ *  prefix) can appear in text: as written, as JSON writes it inside a string (it may hold `"` or
+ *  `\`), and as a client percent-encodes it in a path. Never for text the client reads back:
+ *  "[redacted]" where a guess stood would tell the client its guess was the key. */
+export function secretForms(secrets: readonly string[]): string[] {
+  const forms = new Set<string>();
+  for (const secret of secrets.filter((s) => s.length >= MIN_SCRUBBED_SECRET_LENGTH)) {
+    for (const form of [secret, JSON.stringify(secret).slice(1, -1), encodeURIComponent(secret), encodeURI(secret)]) forms.add(form);
+  }
+  return [...forms];
+}
+
+function scrub(text: string, patterns: [RegExp, string][], secretForms: readonly string[]): string {
   let out = text;
   for (const [pattern, replacement] of patterns) out = out.replace(pattern, replacement);
-  for (const secret of secrets) {
-    if (!secret) continue;
-    // As written, as JSON writes it inside a string (a key may hold `"` or `\`), and as a
-    // client percent-encodes it in a path.
-    for (const form of new Set([secret, JSON.stringify(secret).slice(1, -1), encodeURIComponent(secret), encodeURI(secret)])) {
-      out = out.replaceAll(form, '[redacted]');
-    }
-  }
+  for (const form of secretForms) out = out.replaceAll(form, '[redacted]');
   return out;
 }
 
@@ -80,12 +89,12 @@ export interface LoggerOptions {
   level?: string;
   name?: string;
   destination?: NodeJS.WritableStream;
-  /** Secrets without a recognisable shape, replaced wherever they appear in a line. */
+  /** Secrets without a recognisable shape, replaced wherever they appear in a line (secretForms). */
   secrets?: readonly string[];
 }
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
-  const secrets = opts.secrets ?? [];
+  const secrets = secretForms(opts.secrets ?? []);
   return pino(
     {
       level: opts.level ?? 'info',

@@ -9,7 +9,7 @@ import { ConfigError } from './config.ts';
 import { ensureDirectory } from './directories.ts';
 import { lockDataDirectory } from './data-dir-lock.ts';
 import { Crypto, randomToken, TOKEN_PREFIXES } from './crypto.ts';
-import { createLogger, type Logger } from './logger.ts';
+import { createLogger, MIN_SCRUBBED_SECRET_LENGTH, type Logger } from './logger.ts';
 import { migrate, openDatabase, type Db } from './db/connect.ts';
 import { openBus } from './bus/index.ts';
 import { startStep } from './service-main.ts';
@@ -44,7 +44,9 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   const keys = await resolveKeys(config, opts.generateMissingKeys);
   const log = opts.log ?? createLogger({ level: config.logLevel, name: opts.service, secrets: [keys.adminKey] });
   // A short key is the operator's choice (a laptop, a test rig); it is worth a warning, not a refusal.
-  if (config.adminApiKey && config.adminApiKey.length < 16) log.warn('ADMIN_API_KEY is shorter than 16 characters; use a long random key outside development');
+  if (config.adminApiKey && config.adminApiKey.length < MIN_SCRUBBED_SECRET_LENGTH) {
+    log.warn(`ADMIN_API_KEY is shorter than ${MIN_SCRUBBED_SECRET_LENGTH} characters; use a long random key outside development (one this short is not scrubbed from logs either)`);
+  }
   const crypto = new Crypto(keys.encryptionKey);
   const database = config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR';
   // PGlite's files take one process at a time.

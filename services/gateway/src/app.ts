@@ -27,7 +27,7 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
   app.silent = true; // errors are logged by problemResponder, once
   const metrics = deps.metrics ?? createMetrics({ db: deps.db, bus: deps.bus });
   app.use(observeRequests(metrics, deps.log, [deps.adminKey])); // outermost: sees the final status of every request
-  app.use(problemResponder(deps.log, [deps.adminKey]));
+  app.use(problemResponder(deps.log));
   app.use(async (ctx, next) => {
     const given = ctx.get('x-request-id');
     const requestId = CLIENT_REQUEST_ID.test(given) ? given : randomUUID();

@@ -4,8 +4,7 @@ import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
 import { isDatabaseUnavailable, Problem, scrubCredentials, type Logger } from '@switchboard/core';
 
-/** `secrets`: credentials without a recognisable shape (the admin key) never repeated in a body. */
-export function problemResponder(log: Logger, secrets: readonly string[] = []) {
+export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
     try {
       await next();
@@ -18,7 +17,7 @@ export function problemResponder(log: Logger, secrets: readonly string[] = []) {
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       // A detail may repeat what the client sent (a path, a field name): never a credential in it.
-      ctx.body = scrubCredentials(JSON.stringify(problem.toJSON()), secrets);
+      ctx.body = scrubCredentials(JSON.stringify(problem.toJSON()));
       for (const [k, v] of Object.entries(problem.headers)) ctx.set(k, v);
     }
   };

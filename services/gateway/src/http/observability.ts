@@ -7,17 +7,18 @@
 // middleware reuses it instead of nesting a second one.
 import type { Context, Next } from 'koa';
 import { context, trace } from '@opentelemetry/api';
-import { contextFromHeaders, markFailed, scrubCredentials, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
+import { contextFromHeaders, markFailed, scrubCredentials, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
 
 /** Route label of requests that matched no route (bounded: never the raw path). */
 const UNMATCHED = 'unmatched';
 
 /** `secrets`: credentials without a recognisable shape (the admin key) never put in a span. */
 export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly string[] = []) {
+  const forms = secretForms(secrets);
   return async (ctx: Context, next: Next): Promise<void> => {
     const started = process.hrtime.bigint();
     const existing = trace.getActiveSpan();
-    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubCredentials(ctx.path, secrets) } }, contextFromHeaders(ctx.headers));
+    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubCredentials(ctx.path, forms) } }, contextFromHeaders(ctx.headers));
     try {
       await context.with(trace.setSpan(context.active(), span), next);
     } catch (err) {
