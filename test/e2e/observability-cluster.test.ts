@@ -1,5 +1,5 @@
 // Observability end to end in cluster mode: gateway, session and dispatcher run as separate
-// processes (node --import tsx …/main.ts) on PostgreSQL and NATS JetStream, exporting their spans
+// processes (as built: node dist/<process>.mjs) on PostgreSQL and NATS JetStream, exporting their spans
 // with OTLP/HTTP (JSON) to a collector in this test. One send must give one trace across the three
 // processes, parent links carried by NATS headers and the stored trace contexts.
 import assert from 'node:assert/strict';

@@ -124,7 +124,7 @@ describe('chart, CRDs and examples', function () {
     assert.match(dockerfile, /apt-get install[^\n]*\bffmpeg\b/);
     const user = /^USER\s+(\S+)/m.exec(dockerfile.slice(dockerfile.lastIndexOf('FROM')))?.[1] ?? '';
     assert.ok(user && !/^(0|root)(:|$)/.test(user), `the final stage runs as a non-root user (${user})`);
-    assert.match(dockerfile, /^RUN node --import tsx scripts\/build\.ts$/m, 'the image builds dist/');
+    assert.match(dockerfile, /^RUN node --import tsx scripts\/build\.ts \\\n && npm prune --omit=dev\b/m, 'the image builds dist/, then drops what only the build and the tests need');
     // From the stage that ran npm ci: packages npm installed inside a workspace come along.
     assert.match(dockerfile, /^COPY --from=deps \/app\/services \.\/services$/m);
     assert.match(dockerfile, /^COPY --from=deps \/app\/dist \.\/dist$/m);

@@ -70,7 +70,8 @@ export class ConsumeLoop implements Subscription {
   }
 
   private async restartIfStranded(stranded: () => Promise<boolean>): Promise<void> {
-    // A running handler holds the only delivery (max_ack_pending 1) and acks it itself.
+    // A restart hands nothing back while a handler runs (see run()), and with max_ack_pending 1,
+    // as sessions consume, that handler holds the only delivery and acks it itself.
     if (this.stopped || this.inFlight.size > 0) return;
     // Unknown is treated as stranded: the restart retries until the server answers.
     const restart = await stranded().catch(() => true);
