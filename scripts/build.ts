@@ -58,7 +58,8 @@ function npmPackagesExternal(outdir: string): Plugin {
 
 /** Builds every entry point into `outdir` (inside the repository, so that npm packages resolve
  *  from its node_modules); returns the paths written. Files are written beside their final name
- *  and renamed into place, so a process starting meanwhile never reads half a file. */
+ *  and renamed into place, chunks before the entry points that import them, so a process
+ *  starting meanwhile never reads half a build. */
 export async function buildServices(outdir = DIST): Promise<string[]> {
   const result = await build({
     absWorkingDir: ROOT,
@@ -76,7 +77,9 @@ export async function buildServices(outdir = DIST): Promise<string[]> {
     logLevel: 'warning',
   });
   mkdirSync(outdir, { recursive: true });
-  for (const file of result.outputFiles) {
+  const entries = entryFileNames();
+  const chunksFirst = [...result.outputFiles].sort((a, b) => Number(entries.has(basename(a.path))) - Number(entries.has(basename(b.path))));
+  for (const file of chunksFirst) {
     const temporary = `${file.path}.${process.pid}.tmp`;
     writeFileSync(temporary, file.contents);
     renameSync(temporary, file.path);
@@ -85,9 +88,13 @@ export async function buildServices(outdir = DIST): Promise<string[]> {
   return result.outputFiles.map((f) => relative(ROOT, f.path));
 }
 
+function entryFileNames(): Set<string> {
+  return new Set(Object.keys(ENTRY_POINTS).flatMap((name) => [`${name}.mjs`, `${name}.mjs.map`]));
+}
+
 /** Chunks (every .mjs but the entry points, named with a content hash) of earlier builds. */
 function removeStaleChunks(outdir: string, written: Set<string>): void {
-  const entries = new Set(Object.keys(ENTRY_POINTS).flatMap((name) => [`${name}.mjs`, `${name}.mjs.map`]));
+  const entries = entryFileNames();
   for (const name of readdirSync(outdir)) {
     const path = join(outdir, name);
     if (!/\.mjs(\.map)?$/.test(name) || entries.has(name) || written.has(name)) continue;
