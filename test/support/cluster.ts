@@ -1,7 +1,7 @@
 // Cluster mode on one machine, for the chaos tests and the benchmarks: private PostgreSQL and
 // NATS servers this run alone may restart, and the gateway, dispatcher and session processes
-// as production runs them (`node dist/<name>.mjs`, built once per test run from the current
-// sources by scripts/build.ts) under a supervisor that restarts any process
+// as production runs them (built files, `node <name>.mjs`, built once per test run from the
+// current sources: test/support/built.ts) under a supervisor that restarts any process
 // that exits — what Kubernetes does in a real cluster — so "killed and came back by itself" is
 // exactly what the tests observe. Nothing here touches the shared servers on 5432/4222.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
