@@ -15,11 +15,13 @@ export interface SessionPodSettings {
   envConfigMapName?: string;
   serviceAccountName?: string;
   resources?: V1ResourceRequirements;
-  /** Command of the session process inside the image. */
-  command?: string[];
+  /** Arguments of the image's entrypoint (tini) that start the session process. */
+  args?: string[];
 }
 
-const DEFAULT_COMMAND = ['node', 'dist/session.mjs']; // built into the image (scripts/build.ts)
+// Arguments, not a command: the image's entrypoint (tini) stays PID 1, reaping what the session's
+// children leave and passing on signals. dist/ is built into the image (scripts/build.ts).
+const DEFAULT_ARGS = ['node', 'dist/session.mjs'];
 /** The session's HEALTH_PORT: /health (liveness) and /ready (database and bus). */
 const HEALTH_PORT = 8080;
 const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
@@ -45,7 +47,7 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
         name: 'session',
         image: settings.image,
         imagePullPolicy: settings.imagePullPolicy,
-        command: settings.command ?? DEFAULT_COMMAND,
+        args: settings.args ?? DEFAULT_ARGS,
         env: [
           { name: 'INSTANCE_ID', value: id },
           { name: 'HEALTH_PORT', value: String(HEALTH_PORT) },

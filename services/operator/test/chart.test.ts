@@ -136,11 +136,14 @@ describe('chart, CRDs and examples', function () {
     const images = new Set<string>();
     const commands = objs.filter((o) => o.kind === 'Deployment').flatMap((d) => d.spec.template.spec.containers).filter((c: Obj) => c.image.includes('switchboard'));
     assert.equal(commands.length, 3);
-    const sessionCommand = sessionPod({ metadata: { name: 'i', namespace: 'n', uid: 'u' }, spec: { displayName: 'i' } }, { image: 'x' }).spec!.containers[0].command!;
+    const session = sessionPod({ metadata: { name: 'i', namespace: 'n', uid: 'u' }, spec: { displayName: 'i' } }, { image: 'x' }).spec!.containers[0];
     const built = Object.keys(ENTRY_POINTS).map((name) => `dist/${name}.mjs`);
-    for (const command of [...commands.map((c: Obj) => (images.add(c.image), c.command)), sessionCommand]) {
-      assert.deepEqual([command[0], command.length], ['node', 2]);
-      assert.ok(built.includes(command[1]), `${command[1]} is one of what scripts/build.ts builds`);
+    assert.match(dockerfile, /^ENTRYPOINT \["\/usr\/bin\/tini", "--"\]$/m);
+    for (const container of [...commands.map((c: Obj) => (images.add(c.image), c)), session]) {
+      // Arguments to the entrypoint, so tini stays PID 1 (a `command` would replace it).
+      assert.equal(container.command, undefined, `${container.name}: no command replacing tini`);
+      assert.deepEqual([container.args[0], container.args.length], ['node', 2]);
+      assert.ok(built.includes(container.args[1]), `${container.args[1]} is one of what scripts/build.ts builds`);
     }
     assert.equal(images.size, 1, 'one image');
     const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
