@@ -49,10 +49,10 @@ export function dashboardMiddleware(options: DashboardOptions = {}): Middleware 
     for (const [name, value] of Object.entries(SECURITY_HEADERS)) ctx.set(name, value);
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') {
       ctx.set('Allow', 'GET, HEAD');
-      return respondProblem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; the dashboard is read-only.`);
+      return respondProblem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed here; the dashboard is read-only.`);
     }
     const asset = assets.get(assetPath);
-    if (!asset) return respondProblem(ctx, 404, 'not_found', `Dashboard file ${ctx.path} does not exist.`);
+    if (!asset) return respondProblem(ctx, 404, 'not_found', 'This dashboard file does not exist.');
     serveAsset(ctx, asset);
   };
 }

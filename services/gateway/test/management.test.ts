@@ -577,3 +577,23 @@ describe('readiness', () => {
     );
   });
 });
+
+describe('an admin key the operator chose (no prefix to recognise)', function () {
+  this.timeout(60_000);
+  const chosen = 'our-own-admin-key-for-ops';
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer({ env: { ADMIN_API_KEY: chosen } });
+  });
+  after(() => t?.stop());
+
+  it('never comes back in a problem document, put in a path by mistake', async () => {
+    for (const path of [`/api/instances/${chosen}`, `/api/projects/${chosen}`, `/api/${chosen}`, `/api/instances/${chosen}/messages/${chosen}`]) {
+      for (const client of [t.admin, t.client()]) {
+        const res = await client.get(path);
+        assert.ok(res.status >= 400 && res.status < 500, `${path}: ${res.status}`);
+        assert.ok(!res.text.includes(chosen), `${path}: ${res.text}`);
+      }
+    }
+  });
+});

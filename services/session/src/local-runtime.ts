@@ -41,7 +41,7 @@ export class LocalSessionRuntime implements SessionRuntime {
     return this.lanes.run(instanceId, async () => {
       const found = await this.opts.db('instances').where({ id: instanceId }).update({ paused: false, updated_at: this.opts.db.fn.now() });
       // Deleted by an operation that ran first: no session for an instance that no longer exists.
-      if (!found) throw problems.notFound(`Instance ${instanceId}`);
+      if (!found) throw problems.notFound('The instance');
       const running = this.workers.get(instanceId);
       if (running) return running.reconnectIfLoggedOut();
       await this.startWorker(instanceId);

@@ -42,7 +42,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
   // the same instance from this gateway, so the session sees them in the order they were called.
   start(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
-      if (!(await this.setPaused(instanceId, false))) throw problems.notFound(`Instance ${instanceId}`); // deleted by an operation that ran first
+      if (!(await this.setPaused(instanceId, false))) throw problems.notFound('The instance'); // deleted by an operation that ran first
       // When no session runs yet, the one the operator starts reads paused=false itself.
       await this.tell(instanceId, 'start');
     });

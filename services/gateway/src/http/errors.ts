@@ -16,7 +16,9 @@ export function problemResponder(log: Logger) {
       logServerSide(log, ctx, err, problem);
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
-      // A detail may repeat what the client sent (a path, a field name): never a credential in it.
+      // A detail never repeats an id or a path (a credential put there by mistake would come back);
+      // a field name it may name is also cleared of credentials of our shapes. Never of one by its
+      // value: "[redacted]" where a guess stood would confirm the guess.
       ctx.body = scrubCredentials(JSON.stringify(problem.toJSON()));
       for (const [k, v] of Object.entries(problem.headers)) ctx.set(k, v);
     }
@@ -39,11 +41,11 @@ function logServerSide(log: Logger, ctx: Context, err: unknown, problem: Problem
 }
 
 function emptyAnswerProblem(ctx: Context): Problem {
-  if (ctx.status === 404) return new Problem(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
+  if (ctx.status === 404) return new Problem(404, 'not_found', `No route answers ${ctx.method} on this path.`);
   // The router answers 501 for a method no route has (TRACE, PROPFIND): that is the client's
   // request, not a fault of the server, so it is a 405 like any other method the path lacks (the
   // router's Allow header stays).
-  if (ctx.status === 405 || ctx.status === 501) return new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}.`);
+  if (ctx.status === 405 || ctx.status === 501) return new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on this path.`);
   const reason = STATUS_CODES[ctx.status] ?? 'Error';
   return new Problem(ctx.status, reason.toLowerCase().replace(/\W+/g, '_'), `${reason}.`);
 }

@@ -68,7 +68,7 @@ export const activityRoutes = [
     handler: async ({ deps, ctx, params, query }) => {
       await authorizeMedia(deps, ctx.get('authorization') ? bearerToken(ctx) ?? '' : undefined, params, query);
       const record = await getMediaRecord(deps.db, params.id, params.mediaId);
-      if (!record) throw problems.notFound(`Media ${params.mediaId}`);
+      if (!record) throw problems.notFound('The media file');
       const bytes = await readMedia(deps.media, record.id, MEDIA_READ_TIMEOUT_MS).catch((err) => {
         if (err instanceof MediaIntegrityError) throw new Problem(500, 'media_integrity_failed', 'The stored file failed its integrity check and is not served.');
         throw err;

@@ -7,14 +7,14 @@ export async function loadInstance(deps: GatewayDeps, id: string, principal?: Pr
   // An instance token's lookup already read this row in this request.
   if (principal?.kind === 'instance' && principal.instanceId === id && principal.row) return principal.row;
   const row = await deps.db('instances').where({ id }).first();
-  if (!row) throw problems.notFound(`Instance ${id}`);
+  if (!row) throw problems.notFound('The instance');
   return row;
 }
 
 export async function assertProjectExists(deps: GatewayDeps, projectId: string | null | undefined): Promise<void> {
   if (!projectId) return;
   const row = await deps.db('projects').where({ id: projectId }).first('id');
-  if (!row) throw problems.notFound(`Project ${projectId}`);
+  if (!row) throw problems.notFound('The project');
 }
 
 export const deleted = (id: string) => ({ id, deleted: true });

@@ -73,7 +73,7 @@ export const credentialRoutes = [
           key_hash: deps.crypto.hashToken(key),
         })
         .returning('*');
-      const [row] = await withReferences(insert, body.projectId ? `Instance ${params.id} or project ${body.projectId}` : `Instance ${params.id}`);
+      const [row] = await withReferences(insert, body.projectId ? 'The instance or the project' : 'The instance');
       return { status: 201, body: { ...appRecord(row), key }, headers: SECRET_HEADERS };
     },
   }),
@@ -87,7 +87,7 @@ export const credentialRoutes = [
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       const count = await deps.db('app_keys').where({ id: params.appId, instance_id: params.id }).whereNull('revoked_at').update({ revoked_at: deps.db.fn.now() });
-      if (!count) throw problems.notFound(`Integration key ${params.appId}`);
+      if (!count) throw problems.notFound('The integration key');
       return { body: deleted(params.appId) };
     },
   }),

@@ -50,7 +50,7 @@ export const instanceRoutes = [
       const { token, columns } = issueInstanceToken(deps);
       const [row] = await withReferences(
         deps.db('instances').insert({ id: newResourceId('inst'), name: body.name, project_id: body.projectId ?? null, state: 'stopped', paused: false, ...columns }).returning('*'),
-        `Project ${body.projectId}`,
+        'The project',
       );
       try {
         await mirrorCreated(deps, row);
@@ -90,8 +90,8 @@ export const instanceRoutes = [
       if (body.projectId !== undefined) changes.project_id = body.projectId;
       // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
       await deps.resources?.update(params.id, { name: body.name, projectId: body.projectId });
-      const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), `Project ${body.projectId}`);
-      if (!row) throw problems.notFound(`Instance ${params.id}`); // deleted meanwhile
+      const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), 'The project');
+      if (!row) throw problems.notFound('The instance'); // deleted meanwhile
       return { body: await instanceRecord(row) };
     },
   }),
@@ -110,7 +110,7 @@ export const instanceRoutes = [
       // Of concurrent deletes, the one whose statement removed the row answers 200; the others 404.
       // In cluster mode the operator's finalizer may delete the row first, so there the resource
       // delete having succeeded is the answer.
-      if (!removed && !deps.resources) throw problems.notFound(`Instance ${params.id}`);
+      if (!removed && !deps.resources) throw problems.notFound('The instance');
       // Its media files go now rather than with the next retention sweep (which also drains them).
       drainMediaPurge(deps.db, deps.media, deps.log).catch((err: unknown) => deps.log.warn({ err: String(err) }, 'media of a deleted instance: removal left for the retention sweep'));
       return { body: deleted(params.id) };
@@ -222,7 +222,7 @@ async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {
     .update({ last_pairing_at: new Date() });
   if (!claimed) {
     const row = await deps.db('instances').where({ id }).first('last_pairing_at');
-    if (!row) throw problems.notFound(`Instance ${id}`); // deleted meanwhile
+    if (!row) throw problems.notFound('The instance'); // deleted meanwhile
     const waitMs = Math.max(1000, new Date(row.last_pairing_at).getTime() + interval - Date.now());
     throw new Problem(429, 'pairing_rate_limited', `Only one pairing code per ${describeInterval(interval)} may be requested for an instance.`, undefined, {
       'Retry-After': String(Math.ceil(waitMs / 1000)),

@@ -64,7 +64,7 @@ export const messageRoutes = [
     responses: { 200: SendItemRecord, 404: 'absent' },
     handler: async ({ deps, params }) => {
       const row = await deps.db('send_items').where({ instance_id: params.id, id: params.messageId }).first();
-      if (!row) throw problems.notFound(`Message ${params.messageId}`);
+      if (!row) throw problems.notFound('The message');
       return { body: sendItemRecord(row) };
     },
   }),
@@ -78,7 +78,7 @@ export const messageRoutes = [
     handler: async ({ deps, params }) => {
       const outcome = await deps.db.transaction(async (trx) => {
         const item = (await trx('send_items').where({ instance_id: params.id, id: params.messageId }).forUpdate().first()) as SendItemRow | undefined;
-        if (!item) throw problems.notFound(`Message ${params.messageId}`);
+        if (!item) throw problems.notFound('The message');
         if (item.status !== 'queued') return { refused: item.status };
         // Past its time but not yet swept: it is expired, not cancellable (the sweeper's work, done now).
         if (isExpired(item)) {

@@ -46,7 +46,7 @@ export const projectRoutes = [
         throw problems.validation([{ path: 'projectId', message: 'must equal the project id in the path' }]);
       }
       const rows = await deps.db('projects').where({ id: params.id }).update({ name: body.name, updated_at: deps.db.fn.now() }).returning('*');
-      if (!rows.length) throw problems.notFound(`Project ${params.id}`);
+      if (!rows.length) throw problems.notFound('The project');
       return { body: projectRecord(rows[0]) };
     },
   }),
@@ -63,7 +63,7 @@ export const projectRoutes = [
         await trx('app_keys').where({ project_id: params.id }).update({ project_id: null });
         return Number(await trx('projects').where({ id: params.id }).delete());
       });
-      if (!count) throw problems.notFound(`Project ${params.id}`);
+      if (!count) throw problems.notFound('The project');
       return { body: deleted(params.id) };
     },
   }),

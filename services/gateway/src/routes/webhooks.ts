@@ -18,7 +18,7 @@ async function ensureSecret(deps: GatewayDeps, trx: Db, row: any): Promise<strin
 
 async function lockInstance(trx: Db, id: string): Promise<any> {
   const row = await trx('instances').where({ id }).forNoKeyUpdate().first();
-  if (!row) throw problems.notFound(`Instance ${id}`);
+  if (!row) throw problems.notFound('The instance');
   return row;
 }
 

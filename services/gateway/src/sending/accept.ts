@@ -79,7 +79,7 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
   for (let tries = 0; tries < 2; tries++) {
     const written = await deps.sendItems.write(item);
     if (written === 'queue_full') throw queueFull();
-    if (written === 'instance_gone') throw problems.notFound(`Instance ${instanceId}`);
+    if (written === 'instance_gone') throw problems.notFound('The instance');
     if (written === 'queued') {
       deps.relay.kick();
       return { id: item.id, messengerId: item.messenger_id, status: 'queued', reused: false };
