@@ -2,6 +2,7 @@
 // The browser code lives in ../public (plain ES modules, no build step) and talks to the API of
 // the same origin with the administrative key held in session storage.
 import type { Context, Middleware, Next } from 'koa';
+import { Problem } from '@switchboard/core';
 import { loadAssets, PUBLIC_DIR, type Asset } from './assets.ts';
 
 export const DASHBOARD_PREFIX = '/ui';
@@ -77,11 +78,10 @@ function serveAsset(ctx: Context, asset: Asset): void {
   if (ctx.method === 'GET') ctx.body = asset.body;
 }
 
-/** Same RFC 9457 shape as every API error (DESIGN §5), written here so it holds in any Koa app. */
+/** The API's problem document (DESIGN §5), answered here so it holds in any Koa app. */
 function respondProblem(ctx: Context, status: number, code: string, detail: string): void {
-  const title = status === 404 ? 'Not Found' : 'Method Not Allowed';
   ctx.status = status;
   ctx.set('Cache-Control', 'no-store');
   ctx.type = 'application/problem+json';
-  ctx.body = JSON.stringify({ type: `https://switchboard.dev/problems/${code.replace(/_/g, '-')}`, title, status, detail, code });
+  ctx.body = JSON.stringify(new Problem(status, code, detail).toJSON());
 }
