@@ -31,7 +31,7 @@ export function startHealthServer(port: number, ready: () => Promise<Record<stri
       );
       return;
     }
-    fail(new Problem(404, 'not_found', `${req.url} is not served here; try /health, /ready or /metrics.`));
+    fail(new Problem(404, 'not_found', 'This path is not served here; try /health, /ready or /metrics.'));
   });
   const listening = new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);

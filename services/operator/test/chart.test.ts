@@ -117,7 +117,7 @@ describe('chart, CRDs and examples', function () {
     assert.equal(template(REQUIRED).filter((o) => o.kind === 'PrometheusRule').length, 0, 'off by default');
   });
 
-  it('runs every component from one image, with commands that exist in it (deploy/Dockerfile)', () => {
+  it('runs every component from one image, as arguments to its entrypoint naming files the build makes (deploy/Dockerfile)', () => {
     const dockerfile = readFileSync(root('deploy/Dockerfile'), 'utf8');
     const stages = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]);
     assert.ok(stages.length && stages.every((image) => /^node:24[-.]/.test(image)), `Node 24 LTS: ${stages}`);
@@ -134,12 +134,12 @@ describe('chart, CRDs and examples', function () {
     }
     const objs = template(REQUIRED);
     const images = new Set<string>();
-    const commands = objs.filter((o) => o.kind === 'Deployment').flatMap((d) => d.spec.template.spec.containers).filter((c: Obj) => c.image.includes('switchboard'));
-    assert.equal(commands.length, 3);
+    const containers = objs.filter((o) => o.kind === 'Deployment').flatMap((d) => d.spec.template.spec.containers).filter((c: Obj) => c.image.includes('switchboard'));
+    assert.equal(containers.length, 3);
     const session = sessionPod({ metadata: { name: 'i', namespace: 'n', uid: 'u' }, spec: { displayName: 'i' } }, { image: 'x' }).spec!.containers[0];
     const built = Object.keys(ENTRY_POINTS).map((name) => `dist/${name}.mjs`);
     assert.match(dockerfile, /^ENTRYPOINT \["\/usr\/bin\/tini", "--"\]$/m);
-    for (const container of [...commands.map((c: Obj) => (images.add(c.image), c)), session]) {
+    for (const container of [...containers.map((c: Obj) => (images.add(c.image), c)), session]) {
       // Arguments to the entrypoint, so tini stays PID 1 (a `command` would replace it).
       assert.equal(container.command, undefined, `${container.name}: no command replacing tini`);
       assert.deepEqual([container.args[0], container.args.length], ['node', 2]);

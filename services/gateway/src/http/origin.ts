@@ -10,7 +10,7 @@ export function originGuard(publicBaseUrl: string, allowedOrigins: string[]) {
   return async function checkOrigin(ctx: Context, next: Next): Promise<void> {
     const origin = ctx.get('origin');
     if (!origin || isProbePath(ctx.path)) return next();
-    if (!allowed.has(origin)) throw problems.forbidden(`Origin ${origin} is not allowed; add it to ALLOWED_ORIGINS.`);
+    if (!allowed.has(origin)) throw problems.forbidden('This origin is not allowed; add it to ALLOWED_ORIGINS.');
     ctx.set('Access-Control-Allow-Origin', origin);
     ctx.set('Vary', 'Origin');
     if (ctx.method === 'OPTIONS') {

@@ -29,7 +29,7 @@ export const projectRoutes = [
     handler: async ({ deps, body }) => {
       const id = body.projectId ?? newResourceId('proj');
       const inserted = await deps.db('projects').insert({ id, name: body.name }).onConflict('id').ignore().returning('*');
-      if (!inserted.length) throw problems.conflict('project_exists', `Project ${id} already exists.`);
+      if (!inserted.length) throw problems.conflict('project_exists', 'A project with this projectId already exists.');
       return { status: 201, body: projectRecord(inserted[0]) };
     },
   }),
