@@ -72,7 +72,9 @@ export const MIN_SCRUBBED_SECRET_LENGTH = 16;
  *  "[redacted]" where a guess stood would tell the client its guess was the key. */
 export function secretForms(secrets: readonly string[]): string[] {
   const forms = new Set<string>();
-  for (const secret of secrets.filter((s) => s.length >= MIN_SCRUBBED_SECRET_LENGTH)) {
+  // A key of our own shape (a generated `sba_…`) is already replaced by the patterns.
+  const unshaped = secrets.filter((s) => s.length >= MIN_SCRUBBED_SECRET_LENGTH && scrub(s, CREDENTIAL_PATTERNS, []) === s);
+  for (const secret of unshaped) {
     for (const form of [secret, JSON.stringify(secret).slice(1, -1), encodeURIComponent(secret), encodeURI(secret)]) forms.add(form);
   }
   return [...forms];
