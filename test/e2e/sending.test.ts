@@ -128,6 +128,10 @@ for (const mode of modes) {
       assert.equal(again.body.id, first.body.id);
       assert.equal(again.body.messengerId, first.body.messengerId);
       assert.equal(again.body.reused, true);
+      // A reuse replays the acceptance, however far the send has gone since.
+      await waitForSendStatus(t.admin, inst.id, first.body.id, ['read']);
+      const later = await send({ phone: '5511988887777', type: 'text', text: 'Once' }, { 'Idempotency-Key': key });
+      assert.deepEqual([later.status, later.body], [202, { ...first.body, reused: true }]);
       const conflict = await send({ phone: '5511988887777', type: 'text', text: 'Other' }, { 'Idempotency-Key': key });
       assert.equal(conflict.status, 409);
       assert.equal(conflict.body.code, 'idempotency_conflict');

@@ -28,6 +28,9 @@ export class ResilientInformer<T extends KubernetesObject> {
   private restartTimer?: NodeJS.Timeout;
   private resyncTimer?: NodeJS.Timeout;
   private failures = 0;
+  /** When the last list succeeded, and when the last run failed (Date.now()). */
+  private listedAt = 0;
+  private failedAt = 0;
   private synced = false;
   private running = false;
 
@@ -35,14 +38,13 @@ export class ResilientInformer<T extends KubernetesObject> {
     const list = async () => {
       const result = await options.list();
       this.synced = true;
-      this.failures = 0;
+      this.listedAt = Date.now();
       return result;
     };
     this.listWatch = new ListWatch<T>(options.path, new BookmarkWatch(options.kubeConfig, options.watchTimeoutSeconds ?? (() => 300 + Math.floor(Math.random() * 300))), list, false, options.labelSelector);
     this.listWatch.on('add', (o) => options.onObject(o, false));
     this.listWatch.on('update', (o) => options.onObject(o, false));
     this.listWatch.on('delete', (o) => options.onObject(o, true));
-    this.listWatch.on('connect', () => (this.failures = 0));
     this.listWatch.on('error', (err) => this.scheduleRestart(err));
   }
 
@@ -81,6 +83,12 @@ export class ResilientInformer<T extends KubernetesObject> {
     if (!this.running) return;
     const min = this.options.restartMinMs ?? 500;
     const max = this.options.restartMaxMs ?? 30_000;
+    // A run that listed and then stayed up longer than the longest wait earns a fast restart again.
+    // Not ListWatch's 'connect': it fires before each attempt, not once one works. Nor any successful
+    // list: a watch refused right after its list (RBAC) would then be retried at the shortest wait.
+    const now = Date.now();
+    if (this.listedAt > this.failedAt && now - this.listedAt > max) this.failures = 0;
+    this.failedAt = now;
     const delay = Math.min(max, min * 2 ** this.failures);
     this.failures++;
     this.options.onError?.(err, delay);

@@ -6,7 +6,7 @@
 //               reset (pod gone → erase pairing → lastResetAt) · pod up or down per `paused` ·
 //               status mirrored from the session's state, with Ready/Connected conditions.
 import type { CoreV1Api, CustomObjectsApi, V1Pod, V1Secret } from '@kubernetes/client-node';
-import { setCondition } from './conditions.ts';
+import { sameStatus, setCondition } from './conditions.ts';
 import type { EventRecorder } from './event-recorder.ts';
 import type { InstanceRow, InstanceStore } from './instance-store.ts';
 import { isStatus } from './kube-errors.ts';
@@ -265,7 +265,7 @@ export class InstanceReconciler {
 
   /** Writes the status (with the resourceVersion read: a concurrent change → 409 → retry); returns the stored object. */
   private async writeStatus(instance: Instance, status: InstanceStatus): Promise<Instance> {
-    if (JSON.stringify(status) === JSON.stringify(instance.status ?? {})) return instance; // unchanged: no write, no event storm
+    if (sameStatus(status, instance.status)) return instance; // unchanged: no write, no event storm
     const { namespace, name } = instance.metadata;
     const body = { ...instance, status };
     return (await this.d.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body })) as Instance;

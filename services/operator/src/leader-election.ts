@@ -4,7 +4,10 @@
 // and comparing it with ours would let a candidate whose clock runs ahead take a live lease. All
 // writes carry the resourceVersion read just before, so two candidates racing for an expired
 // lease cannot both win: the second write gets 409 Conflict. A leader that cannot renew within
-// the renew deadline stops leading (its controller stops) before anyone else may take over.
+// the renew deadline stops leading (its controller stops) before anyone else may take over —
+// also when a request hangs instead of failing (a link that drops packets): each round is cut off
+// at the deadline, as client-go bounds its renewal with a context. Starting and stopping the
+// controller run beside the rounds, never inside one, so a slow first list cannot delay renewals.
 import { V1MicroTime, type CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { isStatus } from './kube-errors.ts';
 
@@ -34,6 +37,8 @@ export class LeaderElector {
   private observed?: { record: string; at: number };
   /** The round in flight: stop() waits for it, so a lease it just acquired is released too. */
   private round: Promise<void> = Promise.resolve();
+  /** onStartedLeading / onStoppedLeading, one after the other, in the order leadership changed. */
+  private transitions: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: LeaderElectionOptions) {}
 
@@ -60,7 +65,8 @@ export class LeaderElector {
     clearTimeout(this.timer);
     await this.round;
     const mayHold = this.leading || this.lastRenew > 0; // also a lease won by the round stop() waited for
-    if (this.leading) await this.setLeading(false);
+    this.setLeading(false);
+    await this.transitions;
     if (!mayHold) return;
     try {
       const lease = await this.o.api.readNamespacedLease({ name: this.o.leaseName, namespace: this.o.namespace });
@@ -78,16 +84,17 @@ export class LeaderElector {
   private async tick(): Promise<void> {
     if (this.stopped) return;
     const attemptAt = this.now(); // the renewTime we write is no earlier than this
+    const deadline = this.o.renewDeadlineMs ?? (this.durationMs * 2) / 3;
+    // A leader's round may last only until its deadline; a candidate's, one deadline.
+    const budget = this.leading ? this.lastRenew + deadline - attemptAt : deadline;
     try {
-      const held = await this.tryAcquireOrRenew();
+      const held = await withinTime(this.tryAcquireOrRenew(), budget);
       if (held) this.lastRenew = attemptAt;
-      if (held && !this.leading && !this.stopped) await this.setLeading(true);
-      if (!held && this.leading) await this.setLeading(false);
+      this.setLeading(held && !this.stopped);
     } catch (err) {
       this.o.onError?.(err);
       // Cannot reach the API: stop leading at the renew deadline, well before others may take over.
-      const deadline = this.o.renewDeadlineMs ?? (this.durationMs * 2) / 3;
-      if (this.leading && this.now() - this.lastRenew >= deadline) await this.setLeading(false);
+      if (this.leading && this.now() - this.lastRenew >= deadline) this.setLeading(false);
     }
     if (this.stopped) return;
     // Renewing every 2 s (client-go's retry period) leaves a leader several tries before its deadline.
@@ -95,10 +102,11 @@ export class LeaderElector {
     this.timer = setTimeout(() => (this.round = this.tick()), next);
   }
 
-  private async setLeading(value: boolean): Promise<void> {
+  private setLeading(value: boolean): void {
     if (this.leading === value) return;
     this.leading = value;
-    await (value ? this.o.onStartedLeading() : this.o.onStoppedLeading());
+    const callback = value ? this.o.onStartedLeading : this.o.onStoppedLeading;
+    this.transitions = this.transitions.then(callback).catch((err) => this.o.onError?.(err));
   }
 
   /** One round: create the lease, renew ours, or take over an expired one. True when we hold it. */
@@ -142,6 +150,20 @@ export class LeaderElector {
       if (isStatus(err, 409)) return false; // another candidate wrote first
       throw err;
     }
+  }
+}
+
+/** The round's answer, or a rejection once `ms` have passed. A request cut off this way may
+ *  still land later; that is safe, since every write carries the resourceVersion read before it. */
+async function withinTime<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the Lease request got no answer within ${Math.max(0, Math.round(ms))} ms`)), Math.max(0, ms));
+  });
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { ConfigError } from '@switchboard/core';
-import type { SessionPodSettings } from './session-pod.ts';
+import { SESSION_POD_TEMPLATE_KEYS, type SessionPodSettings, type SessionPodTemplate } from './session-pod.ts';
 
 export interface OperatorConfig {
   namespace: string;
@@ -28,6 +28,7 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
   } catch {
     problems.push('SESSION_RESOURCES: must be JSON such as {"requests":{"cpu":"50m","memory":"128Mi"}}');
   }
+  const template = sessionPodTemplate(env.SESSION_POD_TEMPLATE, problems);
   if (problems.length) throw new ConfigError(problems);
   return {
     namespace: namespace!,
@@ -41,8 +42,29 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
       envConfigMapName: env.SESSION_ENV_CONFIGMAP?.trim() || undefined,
       serviceAccountName: env.SESSION_SERVICE_ACCOUNT?.trim() || undefined,
       resources,
+      template,
     },
   };
+}
+
+/** SESSION_POD_TEMPLATE: JSON of the pod settings every workload of the release shares. */
+function sessionPodTemplate(raw: string | undefined, problems: string[]): SessionPodTemplate | undefined {
+  if (!raw?.trim()) return undefined;
+  const expected = `SESSION_POD_TEMPLATE: must be a JSON object with any of ${SESSION_POD_TEMPLATE_KEYS.join(', ')}`;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    problems.push(expected);
+    return undefined;
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    problems.push(expected);
+    return undefined;
+  }
+  const unknown = Object.keys(parsed).filter((k) => !(SESSION_POD_TEMPLATE_KEYS as readonly string[]).includes(k));
+  if (unknown.length) problems.push(`${expected} (not ${unknown.join(', ')})`);
+  return parsed as SessionPodTemplate;
 }
 
 function readIfPresent(path: string): string | undefined {

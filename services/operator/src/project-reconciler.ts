@@ -2,7 +2,7 @@
 // name = spec.displayName); deleting the resource deletes the record (its instances keep running
 // without a project, as when a project is deleted through the API).
 import type { CustomObjectsApi } from '@kubernetes/client-node';
-import { setCondition } from './conditions.ts';
+import { sameStatus, setCondition } from './conditions.ts';
 import type { InstanceStore } from './instance-store.ts';
 import { isStatus } from './kube-errors.ts';
 import { GROUP, PROJECTS, PROJECT_FINALIZER, VERSION, type Project } from './resources.ts';
@@ -40,7 +40,7 @@ export class ProjectReconciler {
       observedGeneration: generation,
       conditions: setCondition(project.status?.conditions, { type: 'Ready', status: 'True', observedGeneration: generation, reason: 'RecordInSync', message: 'The project record matches this resource.' }),
     };
-    if (JSON.stringify(status) === JSON.stringify(project.status ?? {})) return;
+    if (sameStatus(status, project.status)) return;
     await this.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: PROJECTS, name, body: { ...project, status } });
   }
 

@@ -3,7 +3,7 @@
 // own owner lock guards the rest). The pod carries a hash of its template: when the image or the
 // settings change (an upgrade), the operator deletes the pod and creates the new one once it is gone.
 import { createHash } from 'node:crypto';
-import type { V1Pod, V1ResourceRequirements } from '@kubernetes/client-node';
+import type { V1Affinity, V1LocalObjectReference, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HASH_ANNOTATION, sessionPodName, type Instance } from './resources.ts';
 
 export interface SessionPodSettings {
@@ -17,7 +17,22 @@ export interface SessionPodSettings {
   resources?: V1ResourceRequirements;
   /** Arguments of the image's entrypoint (tini) that start the session process. */
   args?: string[];
+  /** What the cluster asks of every pod of the release (the chart's values of the same names). */
+  template?: SessionPodTemplate;
 }
+
+/** Pod settings a cluster decides for all its workloads: a private registry's pull secret, where
+ *  pods may run, and under which user. */
+export interface SessionPodTemplate {
+  imagePullSecrets?: V1LocalObjectReference[];
+  nodeSelector?: Record<string, string>;
+  tolerations?: V1Toleration[];
+  affinity?: V1Affinity;
+  podSecurityContext?: V1PodSecurityContext;
+  containerSecurityContext?: V1SecurityContext;
+}
+
+export const SESSION_POD_TEMPLATE_KEYS = ['imagePullSecrets', 'nodeSelector', 'tolerations', 'affinity', 'podSecurityContext', 'containerSecurityContext'] as const;
 
 // Arguments, not a command: the image's entrypoint (tini) stays PID 1, reaping what the session's
 // children leave and passing on signals. dist/ is built into the image (scripts/build.ts).
@@ -33,15 +48,22 @@ const probe = (path: string, periodSeconds: number, failureThreshold: number) =>
 
 export function sessionPod(instance: Instance, settings: SessionPodSettings): V1Pod {
   const id = instance.metadata.name;
+  const template = settings.template ?? {};
   const spec: V1Pod['spec'] = {
     restartPolicy: 'Always',
     serviceAccountName: settings.serviceAccountName,
     automountServiceAccountToken: false,
     terminationGracePeriodSeconds: 30,
+    imagePullSecrets: nonEmpty(template.imagePullSecrets),
+    nodeSelector: nonEmpty(template.nodeSelector),
+    affinity: nonEmpty(template.affinity),
     // Evicted 30 s after its node stops answering (the default is 5 minutes): a session is one
     // WhatsApp account offline, and its owner lock keeps a replacement from connecting twice.
-    tolerations: ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({ key, operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 })),
-    securityContext: { runAsNonRoot: true, runAsUser: 10001, fsGroup: 10001, seccompProfile: { type: 'RuntimeDefault' } },
+    tolerations: [
+      ...['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({ key, operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 })),
+      ...(template.tolerations ?? []),
+    ],
+    securityContext: template.podSecurityContext ?? { runAsNonRoot: true, runAsUser: 10001, fsGroup: 10001, seccompProfile: { type: 'RuntimeDefault' } },
     containers: [
       {
         name: 'session',
@@ -62,12 +84,13 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
           ...(settings.envSecretName ? [{ secretRef: { name: settings.envSecretName } }] : []),
         ],
         resources: settings.resources ?? { requests: { cpu: '50m', memory: '128Mi' }, limits: { memory: '512Mi' } },
-        securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
+        securityContext: template.containerSecurityContext ?? { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
         volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }],
       },
     ],
     volumes: [{ name: 'tmp', emptyDir: {} }],
   };
+  // JSON drops the settings left undefined, so the hash of a pod without them stays what it was.
   const hash = createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 16);
   return {
     apiVersion: 'v1',
@@ -81,6 +104,13 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
     },
     spec,
   };
+}
+
+/** An empty list or object means "none" (the chart's defaults): left out of the pod and its hash.
+ *  The security contexts are not passed through this: an empty one is a choice (OpenShift assigns
+ *  the user itself). */
+function nonEmpty<T extends object>(value: T | undefined): T | undefined {
+  return value && Object.keys(value).length ? value : undefined;
 }
 
 /** Makes the Instance the controlling owner: deleting it garbage-collects the object. */

@@ -11,6 +11,7 @@ import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { ENTRY_POINTS } from '../../../scripts/build.ts';
+import { loadOperatorConfig } from '../src/operator-config.ts';
 import { sessionPod } from '../src/session-pod.ts';
 import { CRD_FILES } from './helpers.ts';
 import { K8S_SCHEMAS } from './k8s-schemas.ts';
@@ -208,6 +209,28 @@ describe('chart, CRDs and examples', function () {
     }
     const bad = { apiVersion: 'switchboard.dev/v1alpha1', kind: 'Instance', metadata: { name: 'x' }, spec: { displayName: 'x'.repeat(71), projectRef: 'Not_A_Name', paused: 'yes' } };
     assert.equal(validate(bad).length, 3);
+  });
+
+  it('gives session pods what the chart gives every pod: pull secret, placement, security contexts', () => {
+    const sets = [...REQUIRED, 'imagePullSecrets[0].name=regcred', 'nodeSelector.pool=whatsapp', 'tolerations[0].key=dedicated', 'tolerations[0].operator=Exists', 'podSecurityContext.runAsUser=20002'];
+    /** The session pod the rendered operator would create (its settings read as the operator reads them). */
+    const sessionPodOf = (objs: Obj[]) => {
+      const env = (find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[]).filter((e) => 'value' in e);
+      const config = loadOperatorConfig({ ...Object.fromEntries(env.map((e) => [e.name, e.value])), KUBERNETES_NAMESPACE: 'switchboard' });
+      return sessionPod({ metadata: { name: 'inst-1', namespace: 'switchboard', uid: 'u-1' }, spec: { displayName: 'One' } }, config.session);
+    };
+    const objs = template(sets);
+    const pod = sessionPodOf(objs);
+    const gateway = find(objs, 'Deployment', 'sb-switchboard-gateway')!.spec.template.spec;
+    assert.deepEqual(validate(pod as Obj), []);
+    for (const field of ['imagePullSecrets', 'nodeSelector', 'securityContext']) assert.deepEqual((pod.spec as Obj)[field], gateway[field], field);
+    assert.deepEqual(pod.spec!.containers[0].securityContext, gateway.containers[0].securityContext);
+    assert.deepEqual(pod.spec!.tolerations!.map((t) => t.key), ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready', 'dedicated']);
+
+    // With the defaults, nothing empty is added (the pod's template hash stays what it was).
+    const plain = sessionPodOf(template(REQUIRED));
+    assert.deepEqual(['imagePullSecrets', 'nodeSelector', 'affinity'].filter((f) => f in JSON.parse(JSON.stringify(plain.spec))), []);
+    assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"hostNetwork":true}' }), /SESSION_POD_TEMPLATE.*not hostNetwork/);
   });
 
   it('renders session pods the API server would accept', () => {

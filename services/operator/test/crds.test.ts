@@ -73,6 +73,9 @@ describe('CRDs', () => {
       assert.deepEqual(conditions['x-kubernetes-list-map-keys'], ['type']);
       assert.deepEqual([...conditions.items.required].sort(), ['lastTransitionTime', 'message', 'reason', 'status', 'type']);
       assert.equal(schema.properties.status.properties.observedGeneration.type, 'integer');
+      // metav1.Condition's own validation: a type is a qualified name.
+      assert.equal(conditions.items.properties.type.pattern, String.raw`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$`);
+      assert.deepEqual(conditions.items, crds.Instance.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.conditions.items, 'every kind describes conditions alike');
       assert.ok(schema.properties.spec.properties.displayName.maxLength, 'lengths are bounded');
     });
 

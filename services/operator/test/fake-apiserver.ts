@@ -371,6 +371,7 @@ export class FakeApiServer {
       if (current.metadata.deletionTimestamp) return clone(current);
       const o = clone(current);
       o.metadata.deletionTimestamp = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+      if (o.metadata.generation !== undefined) o.metadata.generation += 1; // as the real server does on a graceful delete
       o.metadata.deletionGracePeriodSeconds = graceful ? Math.ceil((this.options.podTerminationMs ?? 0) / 1000) : 0;
       const saved = this.save(route.typeKey, key, o, 'MODIFIED');
       if (graceful) {
@@ -458,7 +459,10 @@ export class FakeApiServer {
     if (broken.length) throw new ApiError(422, 'Invalid', `${type.kind}.${type.group} "${o.metadata?.name}" is invalid: ${broken.join('; ')}`);
   }
 
-  private save(typeKey: string, key: string, o: Obj, type: WatchEvent['type']): Obj {
+  private save(typeKey: string, key: string, given: Obj, type: WatchEvent['type']): Obj {
+    // A custom resource is kept as unstructured JSON, which the real server writes back with every
+    // object's keys in sorted order (Go's encoding of maps), whatever order the client sent.
+    const o = this.types.get(typeKey)?.schema ? sortedKeys(given) : given;
     o.metadata.resourceVersion = String(++this.rv);
     this.store.set(key, o);
     this.publish({ type, object: clone(o), rv: this.rv, typeKey });
@@ -615,6 +619,12 @@ function parseJson(raw: string): any {
   } catch {
     throw new ApiError(400, 'BadRequest', 'the request body is not valid JSON');
   }
+}
+
+function sortedKeys(v: any): any {
+  if (Array.isArray(v)) return v.map(sortedKeys);
+  if (v === null || typeof v !== 'object') return v;
+  return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortedKeys(v[k])]));
 }
 
 function clone<T>(v: T): T {

@@ -3,7 +3,7 @@
 // that break are resumed without losing events.
 import assert from 'node:assert/strict';
 import { CustomObjectsApi } from '@kubernetes/client-node';
-import { ResilientInformer } from '../src/informer.ts';
+import { ResilientInformer, type InformerOptions } from '../src/informer.ts';
 import { GROUP, INSTANCES, VERSION, type Instance } from '../src/resources.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
 import { NAMESPACE, eventually, kubeConfigFor, startFake } from './helpers.ts';
@@ -26,7 +26,7 @@ describe('operator: informer', function () {
     await fake.stop();
   });
 
-  function start(seen: string[], options: { resyncMs?: number; watchTimeoutSeconds?: () => number } = {}) {
+  function start(seen: string[], options: Partial<InformerOptions<Instance>> = {}) {
     informer = new ResilientInformer<Instance>({
       kubeConfig: kubeConfigFor(fake.url),
       path,
@@ -70,5 +70,20 @@ describe('operator: informer', function () {
     await create('inst-new');
     await eventually(() => assert.ok(seen.includes('deleted inst-kept') && seen.includes('seen inst-new'), 'inst-kept deleted and inst-new seen'));
     assert.equal(informer!.get('inst-kept', NAMESPACE), undefined);
+  });
+
+  it('backs off further with every failed restart while the API server refuses, up to its cap', async () => {
+    await create('inst-patient');
+    const seen: string[] = [];
+    const delays: number[] = [];
+    await start(seen, { restartMaxMs: 400, onError: (_err, delay) => delays.push(delay) });
+    fake.setUnavailable(true);
+    fake.breakWatches();
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.deepEqual(delays.slice(0, 4), [50, 100, 200, 400], 'each failed restart waits twice as long');
+    assert.ok(delays.length <= 7 && delays.every((d) => d <= 400), `restarts in 1.5 s: ${delays.join(', ')}`);
+    fake.setUnavailable(false);
+    await create('inst-after');
+    await eventually(() => assert.ok(seen.includes('seen inst-after'), 'inst-after seen'));
   });
 });

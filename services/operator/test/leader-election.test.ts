@@ -19,14 +19,19 @@ describe('operator: leader election', function () {
     await fake.stop();
   });
 
-  /** A candidate whose connection to the API can be cut (a crashed or partitioned process). */
-  function candidate(identity: string, skewMs = 0, leaseDurationMs = 1000) {
+  /** A candidate whose connection to the API can be cut (a crashed or partitioned process) or
+   *  left hanging (a link that drops packets: requests neither answer nor fail). */
+  function candidate(identity: string, skewMs = 0, leaseDurationMs = 1000, onStarted: () => Promise<void> | void = () => {}) {
     const real = kubeConfigFor(fake.url).makeApiClient(CoordinationV1Api);
-    const link = { up: true };
+    const link = { up: true, hanging: false };
+    const call = (target: object, v: (...a: unknown[]) => unknown, args: unknown[]) => {
+      if (link.hanging) return new Promise(() => {});
+      return link.up ? v.apply(target, args) : Promise.reject(new Error('connect ECONNREFUSED'));
+    };
     const api = new Proxy(real, {
       get: (target, prop) => {
         const v = (target as any)[prop];
-        return typeof v === 'function' ? (...args: unknown[]) => (link.up ? v.apply(target, args) : Promise.reject(new Error('connect ECONNREFUSED'))) : v;
+        return typeof v === 'function' ? (...args: unknown[]) => call(target, v, args) : v;
       },
     });
     const elector = new LeaderElector({
@@ -36,6 +41,7 @@ describe('operator: leader election', function () {
       onStartedLeading: () => {
         leaders.add(identity);
         maxLeaders = Math.max(maxLeaders, leaders.size);
+        return onStarted();
       },
       onStoppedLeading: () => void leaders.delete(identity),
     });
@@ -86,5 +92,27 @@ describe('operator: leader election', function () {
     d.link.up = false;
     await eventually(() => assert.ok(e.elector.isLeader, 'e leads'), 5000);
     assert.equal(maxLeaders, 1);
+  });
+
+  it('stops leading by the renew deadline when its requests hang, and a slow controller start delays no renewal', async () => {
+    await fake.stop();
+    fake = await startFake();
+    leaders.clear();
+    maxLeaders = 0;
+    let startDone = false;
+    const f = candidate('f', 0, 1000, async () => {
+      await new Promise((r) => setTimeout(r, 2500)); // a first list slower than the lease
+      startDone = true;
+    });
+    await eventually(() => assert.ok(f.elector.isLeader, 'f leads'));
+    const g = candidate('g');
+    await new Promise((r) => setTimeout(r, 2000));
+    assert.ok(f.elector.isLeader && !g.elector.isLeader && !startDone, 'f kept its lease while its controller was starting');
+
+    f.link.hanging = true;
+    await eventually(() => assert.ok(g.elector.isLeader, 'g leads'), 5000);
+    assert.equal(f.elector.isLeader, false, 'f stepped down although no request of it failed');
+    assert.equal(maxLeaders, 1, 'never two leaders at once');
+    f.link.hanging = false;
   });
 });

@@ -119,6 +119,14 @@ describe('operator: Instance and Project reconciliation', function () {
     });
   });
 
+  it('writes no status while nothing changed, although the API server stores it with its keys sorted', async () => {
+    const statusWrites = () => fake.requests.filter((r) => r.startsWith('PUT ') && r.endsWith('/status')).length;
+    await eventually(() => assert.equal(instance('inst-kubectl')?.status?.phone, '5511999990000'));
+    const before = statusWrites();
+    await new Promise((r) => setTimeout(r, 2500)); // two resyncs, and the state polls between them
+    assert.equal(statusWrites(), before);
+  });
+
   it('pauses (pod stopped, record paused) and resumes (a new pod)', async () => {
     const before = pod('inst-kubectl')!;
     await patchSpec('inst-kubectl', { paused: true });

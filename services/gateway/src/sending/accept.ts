@@ -102,7 +102,8 @@ async function findReusable(db: Db, instanceId: string, key: string, contentHash
   if (row.content_hash !== contentHash) {
     throw problems.conflict('idempotency_conflict', 'This Idempotency-Key was already used with different content; use a new key for a new message.');
   }
-  return { id: row.id, messengerId: row.messenger_id, status: row.status, reused: true };
+  // A replay of the first acceptance (as that answer was): where the send is now, GET …/messages/{id} says.
+  return { id: row.id, messengerId: row.messenger_id, status: 'queued', reused: true };
 }
 
 function queueFull(): Problem {
