@@ -90,7 +90,6 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
     ],
     volumes: [{ name: 'tmp', emptyDir: {} }],
   };
-  // JSON drops the settings left undefined, so the hash of a pod without them stays what it was.
   const hash = createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 16);
   return {
     apiVersion: 'v1',

@@ -227,7 +227,7 @@ describe('chart, CRDs and examples', function () {
     assert.deepEqual(pod.spec!.containers[0].securityContext, gateway.containers[0].securityContext);
     assert.deepEqual(pod.spec!.tolerations!.map((t) => t.key), ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready', 'dedicated']);
 
-    // With the defaults, nothing empty is added (the pod's template hash stays what it was).
+    // With the chart's defaults, no empty list or object is added to the pod.
     const plain = sessionPodOf(template(REQUIRED));
     assert.deepEqual(['imagePullSecrets', 'nodeSelector', 'affinity'].filter((f) => f in JSON.parse(JSON.stringify(plain.spec))), []);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"hostNetwork":true}' }), /SESSION_POD_TEMPLATE.*not hostNetwork/);
