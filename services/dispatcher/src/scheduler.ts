@@ -106,6 +106,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Destinations whose last claim took every due row it found: refilling them waits for news
    *  (kick: new rows, the poll) instead of asking the database again after every attempt. */
   private readonly drained = new Set<string>();
+  /** Destinations whose finished attempts asked for the claim to come: it tells whether they are
+   *  drained too, although nothing of theirs is under way any more. */
+  private readonly asking = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   /** Due times (ms, rounded up to WAKE_UP_GRAIN_MS) of retries due before the next poll, and the
    *  one timer armed for the earliest (see wakeUpIn). */
@@ -244,6 +247,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
       if (this.stopped || capacity <= 0) return;
       const limit = Math.min(capacity, this.opts.claimBatchSize);
       const freeSlots = this.freeRoom();
+      const asked = [...this.asking];
+      this.asking.clear();
       const claims = await claimDueDeliveries(this.deps.db, {
         limit,
         leaseMs: this.opts.leaseMs,
@@ -253,21 +258,22 @@ export class DeliveryScheduler implements DeliveryHandOff {
         perDestinationLimit: this.opts.perDestinationConcurrency,
         freeSlots,
       });
-      if (claims.length < limit) this.noteDrained(claims, freeSlots);
+      if (claims.length < limit) this.noteDrained(claims, freeSlots, asked);
       for (const claim of claims) await this.dispatch(claim);
       if (claims.length < limit) return;
     }
   }
 
   /** After a claim that the overall limit did not cut short: a destination that got less than
-   *  its room has no more due rows (as of the claim). */
-  private noteDrained(claims: ClaimedDelivery[], freeSlots: Record<string, number>): void {
+   *  its room has no more due rows (as of the claim). That includes the idle destinations that
+   *  asked for it: one whose deliveries all came handed off would otherwise ask after each one. */
+  private noteDrained(claims: ClaimedDelivery[], freeSlots: Record<string, number>, asked: string[]): void {
     const got = new Map<string, number>();
     for (const claim of claims) {
       const key = destinationOf(claim);
       got.set(key, (got.get(key) ?? 0) + 1);
     }
-    for (const key of new Set([...Object.keys(freeSlots), ...got.keys()])) {
+    for (const key of new Set([...Object.keys(freeSlots), ...got.keys(), ...asked])) {
       const room = freeSlots[key] ?? this.opts.perDestinationConcurrency;
       if (room > 0 && (got.get(key) ?? 0) < room) this.drained.add(key);
       else this.drained.delete(key);
@@ -355,7 +361,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
       // once its waiting claims run low (unless its last claim found no more), and claim for
       // others when the overall cap held them back.
       const runningLow = (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2 && !this.drained.has(key);
-      if (wasFull || (runningLow && !this.ticking)) this.claimSoon();
+      if (wasFull || (runningLow && !this.ticking)) {
+        this.asking.add(key);
+        this.claimSoon();
+      }
     });
     this.inFlight.add(running);
   }

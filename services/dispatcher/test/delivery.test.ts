@@ -8,7 +8,8 @@ import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/ht
 import { createEgressClient, type EgressOptions } from '../src/egress.ts';
 import { DeliveryScheduler, type SchedulerOptions } from '../src/scheduler.ts';
 import { verifySignature } from '../src/signing.ts';
-import { createInstance, crypto, deliveryOf, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, waitFor, waitForStatus } from './support.ts';
+import { routeAndRecord } from '../src/intake.ts';
+import { createInstance, crypto, deliveryOf, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent, waitFor, waitForStatus } from './support.ts';
 
 /** Resolves `localhost` to IPv4 only (the receiver listens on 127.0.0.1). */
 const localResolve = async (host: string) => (host === 'localhost' ? ['127.0.0.1'] : ['203.0.113.1']);
@@ -345,6 +346,29 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
       scheduler.kick(); // what the intake does after writing a row it did not hand off
       await waitForStatus(db, late.id, 'delivered');
       assert.equal(claims, 3);
+    } finally {
+      db.off('query', countClaims);
+    }
+  });
+
+  it('does not ask the database after each handed-off delivery once their destination was found drained', async () => {
+    await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/handed-off') } });
+    let claims = 0;
+    const countClaims = (q: { sql: string }) => void (q.sql.includes('WITH RECURSIVE destinations') && claims++);
+    db.on('query', countClaims);
+    try {
+      const { scheduler } = start(db, { pollIntervalMs: 600_000 });
+      // Steady low traffic: each event is routed while the scheduler has room, so the intake
+      // writes its delivery leased and hands it over; no claim is needed to find it.
+      for (let i = 0; i < 5; i++) {
+        const envelope = await recordTestEvent(db, inst.id);
+        await routeAndRecord({ db, schedule: FAST_SCHEDULE, handOff: scheduler }, envelope);
+        await waitForStatus(db, envelope.id, 'delivered');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      // The start's claim, and one after the first attempt that finds the destination drained.
+      assert.ok(claims <= 2, `claims: ${claims}`);
     } finally {
       db.off('query', countClaims);
     }
