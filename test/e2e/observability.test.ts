@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { createLogger, loadConfig, startTelemetry, type Telemetry } from '@switchboard/core';
+import { createLogger, loadConfig, SpanStatusCode, startTelemetry, type Telemetry } from '@switchboard/core';
 import { startEmbeddedServer, type EmbeddedServer } from '@switchboard/server/embedded';
 import { createTestDatabase } from '../support/services.ts';
 import { freePort } from '../support/server.ts';
@@ -143,6 +143,43 @@ describe('observability (embedded)', function () {
     }
   });
 
+  it('joins log lines to their spans: a request, a failed webhook attempt; a 5xx fails its request span', async () => {
+    const instance = await connectedInstance(admin, receiver, 'joined-embedded');
+    const lineOf = async (pred: (l: Record<string, any>) => boolean) => logLines.map((l) => JSON.parse(l)).find(pred);
+    const spanOf = async (pred: (s: ReadableSpan) => boolean) => exporter.getFinishedSpans().find(pred);
+
+    const read = await admin.get(`/api/instances/${instance.instanceId}`);
+    const requestId = read.headers.get('x-request-id');
+    const requestSpan = await eventually(() => spanOf((s) => s.attributes['switchboard.request_id'] === requestId), 5000, 'the request span');
+    const requestLine = await eventually(() => lineOf((l) => l.msg === 'request' && l.requestId === requestId), 5000, 'the request line');
+    assert.deepEqual([requestLine.trace_id, requestLine.span_id], [requestSpan.spanContext().traceId, requestSpan.spanContext().spanId]);
+
+    // A failed attempt is logged in its own span's trace, whatever started its claim.
+    receiver.respondWith(() => ({ status: 500 }));
+    try {
+      const test = await admin.post(`/api/instances/${instance.instanceId}/webhook/test`);
+      const eventId = test.body.id;
+      const failedLine = await eventually(() => lineOf((l) => l.msg === 'webhook attempt failed' && l.eventId === eventId && l.attempt === 2), 10_000, 'the second failed attempt');
+      const attemptSpan = (await spanOf((s) => s.name === 'webhook attempt' && s.attributes['switchboard.event.id'] === eventId && s.attributes['switchboard.webhook.attempt'] === 2))!;
+      assert.deepEqual([failedLine.trace_id, failedLine.span_id], [attemptSpan.spanContext().traceId, attemptSpan.spanContext().spanId]);
+    } finally {
+      receiver.respondWith(() => ({ status: 200 }));
+    }
+
+    // A fault of ours (a table gone) answers 500, and the request's span says it failed.
+    const db = server.platform.db;
+    await db.raw('ALTER TABLE app_keys RENAME TO app_keys_away');
+    try {
+      const failed = await admin.get(`/api/instances/${instance.instanceId}/apps`);
+      assert.equal(failed.status, 500);
+      const failedId = failed.headers.get('x-request-id');
+      const span = await eventually(() => spanOf((s) => s.attributes['switchboard.request_id'] === failedId), 5000, 'the failed request span');
+      assert.equal(span.status.code, SpanStatusCode.ERROR);
+    } finally {
+      await db.raw('ALTER TABLE app_keys_away RENAME TO app_keys');
+    }
+  });
+
   it('never writes a secret used in the scenario to the logs, the spans or an error body', async () => {
     const instance = await connectedInstance(admin, receiver, 'secrets-embedded');
     const app = await admin.post(`/api/instances/${instance.instanceId}/apps`, { name: 'backend' });
@@ -177,7 +214,8 @@ describe('observability (embedded)', function () {
     const wrongToken = `${instance.apiToken.slice(0, -4)}zzzz`;
     assert.equal((await new ApiClient(server.url, wrongToken).get(`/api/instances/${instance.instanceId}/messages`)).status, 401);
     // Credentials put where they do not belong (a path) are not repeated by spans or error bodies.
-    for (const misplaced of [`/api/instances/${instance.apiToken}`, `/api/${server.adminKey}`, `/api/instances/${instance.instanceId}/messages/${appKey}`]) {
+    const encoded = `/api/instances/${instance.apiToken.replace('_', '%5F')}`; // sbi%5F…
+    for (const misplaced of [`/api/instances/${instance.apiToken}`, encoded, `/api/instances/msg_${instance.apiToken}`, `/api/${server.adminKey}`, `/api/instances/${instance.instanceId}/messages/${appKey}`]) {
       const res = await admin.get(misplaced);
       assert.equal(res.status, 404, misplaced);
       assert.match(res.body.detail, /^(The instance|The message|No route answers GET on this path)/, 'the detail names the kind of thing, never the id or path');
@@ -216,5 +254,7 @@ describe('observability (embedded)', function () {
       assert.deepEqual(leaking, [], `${what} appears in the logs`);
       assert.ok(!spanText.includes(secret), `${what} appears in a span`);
     }
+    // The percent-encoded token: its part after the prefix must not travel either.
+    assert.ok(!spanText.includes(instance.apiToken.slice(4)), 'the percent-encoded instance token appears in a span');
   });
 });

@@ -39,7 +39,8 @@ export const REDACT_PATHS = [
 /** Patterns of our own credentials: instance tokens (sbi_), integration keys (sbk_), the admin
  *  key (sba_), webhook secrets (whsec_), media-link signatures. */
 const CREDENTIAL_PATTERNS: [RegExp, string][] = [
-  [/\b(sb[aik]|whsec)_[A-Za-z0-9_-]{8,}/g, '$1_[redacted]'],
+  // Not \b: a token right after a word character (`msg_sbi_…`) must go too.
+  [/(?<![A-Za-z0-9])(sb[aik]|whsec)_[A-Za-z0-9_-]{8,}/g, '$1_[redacted]'],
   [/([?&]signature=)[0-9a-fA-F]+/g, '$1[redacted]'],
 ];
 
@@ -55,6 +56,19 @@ const SECRET_PATTERNS: [RegExp, string][] = [
  *  (from secretForms) are the ones no pattern knows. */
 export function scrubCredentials(text: string, secrets: readonly string[] = []): string {
   return scrub(text, CREDENTIAL_PATTERNS, secrets);
+}
+
+/** A request path as a span may show it: scrubbed also where the client percent-encoded a
+ *  credential (`sbi%5F…`), in which case the decoded path is what is shown. */
+export function scrubPath(path: string, secrets: readonly string[] = []): string {
+  let decoded = path;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    // A malformed escape: the path as sent is all there is.
+  }
+  const scrubbed = scrubCredentials(decoded, secrets);
+  return scrubbed === decoded ? scrubCredentials(path, secrets) : scrubbed;
 }
 
 /** Replaces every secret-shaped substring of a serialized log line, and the given secrets. */

@@ -31,22 +31,6 @@ interface OutboxRow {
   headers: string | Record<string, string> | null;
 }
 
-/**
- * The rows that may be deleted after a window: per subject, those before the subject's first
- * failed publish. A later row of that subject stays even if it was acknowledged: it is published
- * again after the failed one (the bus drops the repeat by its msgId), so no message of a subject
- * is ever lost behind an earlier one that was not delivered.
- */
-export function publishedInOrder(rows: { seq: number; subject: string }[], outcomes: PromiseSettledResult<unknown>[]): number[] {
-  const blocked = new Set<string>();
-  const done: number[] = [];
-  rows.forEach((row, i) => {
-    if (outcomes[i].status === 'rejected') blocked.add(row.subject);
-    else if (!blocked.has(row.subject)) done.push(row.seq);
-  });
-  return done;
-}
-
 export class OutboxRelay {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -115,19 +99,30 @@ export class OutboxRelay {
 
   private async publishBatch(): Promise<number> {
     return this.db.transaction(async (trx) => {
+      // Taken out in one statement; the transaction stays open while the rows are published, so a
+      // failed publish (or a crash) rolls the delete back and every row of the round stays for the
+      // next pass (the bus drops the repeats of those that went out by their msgId).
       // Every gateway and session process runs a relay. Not SKIP LOCKED: a relay that skipped the
       // rows another is publishing would publish the later rows of the same subjects first, and
       // an instance's commands would reach its session out of order. It waits for them instead.
-      const rows = await trx('outbox').orderBy('seq').limit(this.batchSize).forUpdate();
+      const rows = await takeOldestRows(trx, this.batchSize);
       if (!rows.length) return 0;
       // The whole batch is published at once (a window), in seq order, so one connection carries
       // each subject's messages in order; then the acks are awaited together.
       const outcomes = await Promise.allSettled(rows.map((row) => this.publishRow(row)));
-      const done = publishedInOrder(rows, outcomes);
-      if (done.length) await trx('outbox').whereIn('seq', done).delete();
       const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
       if (failed) throw failed.reason;
       return rows.length;
     });
   }
+}
+
+/** Deletes the oldest rows and returns them in seq order (one round trip instead of a locking
+ *  SELECT and a DELETE). */
+async function takeOldestRows(trx: Knex.Transaction, limit: number): Promise<OutboxRow[]> {
+  const result = await trx.raw(
+    'DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ? FOR UPDATE) RETURNING seq, subject, msg_id, payload, headers',
+    [limit],
+  );
+  return (result.rows as OutboxRow[]).sort((a, b) => Number(a.seq) - Number(b.seq));
 }

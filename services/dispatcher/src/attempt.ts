@@ -9,10 +9,11 @@ import { EgressError, type EgressClient } from './egress.ts';
 import { signatureHeaders } from './signing.ts';
 import { loadAttemptMaterial, type AttemptMaterial, type ClaimedDelivery } from './store.ts';
 
+/** `traceparent`: the attempt's span, so what is logged about the attempt later joins its trace. */
 export type AttemptOutcome =
-  | { kind: 'delivered'; statusCode: number }
+  | { kind: 'delivered'; statusCode: number; traceparent?: string }
   /** `timedOut`: no answer within the attempt time-out (the only failure the breaker counts). */
-  | { kind: 'failed'; statusCode: number | null; error: string; retryAfterMs?: number; timedOut?: true }
+  | { kind: 'failed'; statusCode: number | null; error: string; retryAfterMs?: number; timedOut?: true; traceparent?: string }
   /** The event is gone (deleted with its instance): nothing to deliver or record. */
   | { kind: 'gone' };
 
@@ -35,7 +36,7 @@ export async function performAttempt(deps: AttemptDeps, claim: ClaimedDelivery):
     const started = performance.now();
     const outcome = await attemptDelivery(deps, claim, material);
     observe(deps.metrics, span, outcome, (performance.now() - started) / 1000);
-    return outcome;
+    return { ...outcome, traceparent: injectTraceparent() };
   });
 }
 

@@ -16,7 +16,7 @@
 // cool-downs without one of them being tried. Each delivery still exhausts on its own failures.
 //
 // A webhook failure never touches the send queue: this module only writes `deliveries`.
-import type { Crypto, Logger, Metrics } from '@switchboard/core';
+import { withParent, type Crypto, type Logger, type Metrics } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { performAttempt, type AttemptDeps, type AttemptOutcome } from './attempt.ts';
 import { retryDelayMs, type RetryTiming } from './backoff.ts';
@@ -388,7 +388,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
     else if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
     else this.breakers.recordPromptOutcome(key);
     if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
-    const recording = this.record(claim, outcome)
+    // In the attempt's trace (not in that of whatever started the claim): its log lines and
+    // statements join the trace of the event it delivered.
+    const recording = withParent(outcome.kind === 'gone' ? undefined : outcome.traceparent, () => this.record(claim, outcome))
       .catch(couldNotRecord)
       .finally(() => this.recording.delete(recording));
     this.recording.add(recording);

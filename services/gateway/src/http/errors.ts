@@ -2,7 +2,8 @@
 // a generic detail: the stack trace goes to the log, never to the client.
 import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
-import { isDatabaseUnavailable, Problem, scrubCredentials, type Logger } from '@switchboard/core';
+import { trace } from '@opentelemetry/api';
+import { isDatabaseUnavailable, markFailed, Problem, scrubCredentials, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
@@ -14,6 +15,10 @@ export function problemResponder(log: Logger) {
     } catch (err) {
       const problem = toProblem(err);
       logServerSide(log, ctx, err, problem);
+      // A 5xx fails the request's span (OpenTelemetry's HTTP server convention), which only sees
+      // the status this answer sets.
+      const span = trace.getActiveSpan();
+      if (span && problem.status >= 500) markFailed(span, err instanceof Problem ? problem.code : err);
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       // A detail never repeats an id or a path (a credential put there by mistake would come back);

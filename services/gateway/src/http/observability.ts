@@ -7,7 +7,7 @@
 // middleware reuses it instead of nesting a second one.
 import type { Context, Next } from 'koa';
 import { context, trace } from '@opentelemetry/api';
-import { contextFromHeaders, markFailed, scrubCredentials, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
+import { contextFromHeaders, markFailed, scrubCredentials, scrubPath, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
 
 /** Route label of requests that matched no route (bounded: never the raw path). */
 const UNMATCHED = 'unmatched';
@@ -18,7 +18,7 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
   return async (ctx: Context, next: Next): Promise<void> => {
     const started = process.hrtime.bigint();
     const existing = trace.getActiveSpan();
-    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubCredentials(ctx.path, forms) } }, contextFromHeaders(ctx.headers));
+    const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubPath(ctx.path, forms) } }, contextFromHeaders(ctx.headers));
     try {
       await context.with(trace.setSpan(context.active(), span), next);
     } catch (err) {
@@ -32,11 +32,16 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
       metrics.httpDuration.observe({ method: ctx.method, route, status }, seconds);
       span.setAttribute('http.route', route);
       span.setAttribute('http.response.status_code', ctx.status);
+      // A client's own id, like the path, may carry a credential pasted by mistake.
+      if (ctx.state.requestId) span.setAttribute('switchboard.request_id', scrubCredentials(ctx.state.requestId, forms));
+      // Inside the span, so the line carries its trace_id and span_id.
+      context.with(trace.setSpan(context.active(), span), () =>
+        log.info({ requestId: ctx.state.requestId, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1000) }, 'request'),
+      );
       if (!existing) {
         span.updateName(`${ctx.method} ${route}`);
         span.end();
       }
-      log.info({ requestId: ctx.state.requestId, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1000) }, 'request');
     }
   };
 }
