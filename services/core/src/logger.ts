@@ -59,16 +59,23 @@ export function scrubCredentials(text: string, secrets: readonly string[] = []):
 }
 
 /** A request path as a span may show it: scrubbed also where the client percent-encoded a
- *  credential (`sbi%5F…`), in which case the decoded path is what is shown. */
+ *  credential (`sbi%5F…`, even twice), in which case the decoded path is what is shown. */
 export function scrubPath(path: string, secrets: readonly string[] = []): string {
-  let decoded = path;
-  try {
-    decoded = decodeURIComponent(path);
-  } catch {
-    // A malformed escape: the path as sent is all there is.
-  }
+  const decoded = decodeEscapes(decodeEscapes(path));
   const scrubbed = scrubCredentials(decoded, secrets);
   return scrubbed === decoded ? scrubCredentials(path, secrets) : scrubbed;
+}
+
+/** Decodes each run of %XX escapes on its own, so one malformed escape elsewhere in the path
+ *  (`…/100%`, a broken UTF-8 sequence) leaves the others decoded. */
+function decodeEscapes(text: string): string {
+  return text.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
+    try {
+      return decodeURIComponent(run);
+    } catch {
+      return run;
+    }
+  });
 }
 
 /** Replaces every secret-shaped substring of a serialized log line, and the given secrets. */

@@ -388,8 +388,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
     else if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
     else this.breakers.recordPromptOutcome(key);
     if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
-    // In the attempt's trace (not in that of whatever started the claim): its log lines and
-    // statements join the trace of the event it delivered.
+    // In the attempt's trace (not in that of whatever started the claim): its log lines join the
+    // trace of the event it delivered, and so do the statements it makes alone (a "delivered"
+    // write gathered with others runs in the trace of the first).
     const recording = withParent(outcome.kind === 'gone' ? undefined : outcome.traceparent, () => this.record(claim, outcome))
       .catch(couldNotRecord)
       .finally(() => this.recording.delete(recording));

@@ -43,6 +43,7 @@ export class Controller {
   private readonly instanceReconciler: InstanceReconciler;
   private readonly projectReconciler: ProjectReconciler;
   private pollTimer?: NodeJS.Timeout;
+  private stopped = false;
 
   constructor(private readonly o: ControllerOptions) {
     const { kubeConfig, namespace, logger } = o;
@@ -80,7 +81,9 @@ export class Controller {
   }
 
   async start(): Promise<void> {
+    this.stopped = false;
     await Promise.all([this.instances.start(), this.projects.start(), this.pods.start()]);
+    if (this.stopped) return; // stopped while listing (leadership lost): start nothing more
     const poll = () => {
       void this.pollDatabase().finally(() => {
         if (this.pollTimer) this.pollTimer = setTimeout(poll, this.o.statePollMs ?? 5000);
@@ -90,6 +93,7 @@ export class Controller {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     clearTimeout(this.pollTimer);
     this.pollTimer = undefined;
     this.queue.stop();

@@ -28,9 +28,8 @@ export class ResilientInformer<T extends KubernetesObject> {
   private restartTimer?: NodeJS.Timeout;
   private resyncTimer?: NodeJS.Timeout;
   private failures = 0;
-  /** When the last list succeeded, and when the last run failed (Date.now()). */
-  private listedAt = 0;
-  private failedAt = 0;
+  /** When the current run (the first start or the last restart) began (Date.now()). */
+  private startedAt = 0;
   private synced = false;
   private running = false;
 
@@ -38,7 +37,6 @@ export class ResilientInformer<T extends KubernetesObject> {
     const list = async () => {
       const result = await options.list();
       this.synced = true;
-      this.listedAt = Date.now();
       return result;
     };
     this.listWatch = new ListWatch<T>(options.path, new BookmarkWatch(options.kubeConfig, options.watchTimeoutSeconds ?? (() => 300 + Math.floor(Math.random() * 300))), list, false, options.labelSelector);
@@ -50,7 +48,9 @@ export class ResilientInformer<T extends KubernetesObject> {
 
   async start(): Promise<void> {
     this.running = true;
+    this.startedAt = Date.now();
     await this.listWatch.start();
+    if (!this.running) return; // stopped while listing
     const resyncMs = this.options.resyncMs ?? 300_000;
     this.resyncTimer = setInterval(() => this.resync(), resyncMs);
   }
@@ -83,18 +83,19 @@ export class ResilientInformer<T extends KubernetesObject> {
     if (!this.running) return;
     const min = this.options.restartMinMs ?? 500;
     const max = this.options.restartMaxMs ?? 30_000;
-    // A run that listed and then stayed up longer than the longest wait earns a fast restart again.
-    // Not ListWatch's 'connect': it fires before each attempt, not once one works. Nor any successful
-    // list: a watch refused right after its list (RBAC) would then be retried at the shortest wait.
-    const now = Date.now();
-    if (this.listedAt > this.failedAt && now - this.listedAt > max) this.failures = 0;
-    this.failedAt = now;
+    // A run that stayed up longer than the longest wait earns a fast restart again; one refused at
+    // once (an API server down, a watch RBAC forbids) keeps backing off. Not ListWatch's 'connect':
+    // it fires before each attempt, not once one works. (A restart resumes the watch without a
+    // new list, so a successful list would not tell either.)
+    if (Date.now() - this.startedAt > max) this.failures = 0;
     const delay = Math.min(max, min * 2 ** this.failures);
     this.failures++;
     this.options.onError?.(err, delay);
     clearTimeout(this.restartTimer);
     this.restartTimer = setTimeout(() => {
-      if (this.running) void this.listWatch.start();
+      if (!this.running) return;
+      this.startedAt = Date.now();
+      void this.listWatch.start();
     }, delay);
   }
 }

@@ -35,9 +35,10 @@ export class LeaderElector {
   private stopped = false;
   /** The lease record as last read, and when (our clock) it last changed: expiry is judged from that. */
   private observed?: { record: string; at: number };
-  /** The round in flight: stop() waits for it, so a lease it just acquired is released too. */
+  /** The round in flight: stop() waits for it, so a lease it just acquired is released too (a
+   *  request the round gave up on may still land later; then the lease expires instead). */
   private round: Promise<void> = Promise.resolve();
-  /** onStartedLeading / onStoppedLeading, one after the other, in the order leadership changed. */
+  /** The leadership callbacks under way: stop() waits for them. */
   private transitions: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: LeaderElectionOptions) {}
@@ -94,7 +95,7 @@ export class LeaderElector {
     } catch (err) {
       this.o.onError?.(err);
       // Cannot reach the API: stop leading at the renew deadline, well before others may take over.
-      if (this.leading && this.now() - this.lastRenew >= deadline) this.setLeading(false);
+      if (this.leading && (err instanceof RoundTimedOut || this.now() - this.lastRenew >= deadline)) this.setLeading(false);
     }
     if (this.stopped) return;
     // Renewing every 2 s (client-go's retry period) leaves a leader several tries before its deadline.
@@ -105,8 +106,11 @@ export class LeaderElector {
   private setLeading(value: boolean): void {
     if (this.leading === value) return;
     this.leading = value;
-    const callback = value ? this.o.onStartedLeading : this.o.onStoppedLeading;
-    this.transitions = this.transitions.then(callback).catch((err) => this.o.onError?.(err));
+    // A start waits for the stop before it. A stop never waits for a start still under way (its
+    // lists may hang on the same link): a leader that lost its lease stops its controller at once.
+    const previous = this.transitions;
+    const run = value ? previous.then(() => this.o.onStartedLeading()) : Promise.resolve().then(() => this.o.onStoppedLeading());
+    this.transitions = Promise.all([previous, run.catch((err) => this.o.onError?.(err))]).then(() => undefined);
   }
 
   /** One round: create the lease, renew ours, or take over an expired one. True when we hold it. */
@@ -153,12 +157,14 @@ export class LeaderElector {
   }
 }
 
+class RoundTimedOut extends Error {}
+
 /** The round's answer, or a rejection once `ms` have passed. A request cut off this way may
  *  still land later; that is safe, since every write carries the resourceVersion read before it. */
 async function withinTime<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the Lease request got no answer within ${Math.max(0, Math.round(ms))} ms`)), Math.max(0, ms));
+    timer = setTimeout(() => reject(new RoundTimedOut(`the Lease request got no answer within ${Math.max(0, Math.round(ms))} ms`)), Math.max(0, ms));
   });
   try {
     return await Promise.race([work, late]);

@@ -231,6 +231,7 @@ describe('chart, CRDs and examples', function () {
     const plain = sessionPodOf(template(REQUIRED));
     assert.deepEqual(['imagePullSecrets', 'nodeSelector', 'affinity'].filter((f) => f in JSON.parse(JSON.stringify(plain.spec))), []);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"hostNetwork":true}' }), /SESSION_POD_TEMPLATE.*not hostNetwork/);
+    assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
   });
 
   it('renders session pods the API server would accept', () => {

@@ -85,5 +85,12 @@ describe('operator: informer', function () {
     fake.setUnavailable(false);
     await create('inst-after');
     await eventually(() => assert.ok(seen.includes('seen inst-after'), 'inst-after seen'));
+
+    // A run that then stays up longer than the longest wait starts the backoff over.
+    await new Promise((r) => setTimeout(r, 600));
+    const before = delays.length;
+    fake.breakWatches();
+    await eventually(() => assert.ok(delays.length > before, 'the broken watch restarts'));
+    assert.equal(delays[before], 50);
   });
 });

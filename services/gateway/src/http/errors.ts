@@ -18,7 +18,7 @@ export function problemResponder(log: Logger) {
       // A 5xx fails the request's span (OpenTelemetry's HTTP server convention), which only sees
       // the status this answer sets.
       const span = trace.getActiveSpan();
-      if (span && problem.status >= 500) markFailed(span, err instanceof Problem ? problem.code : err);
+      if (span && problem.status >= 500) markFailed(span, err instanceof Problem ? problem.code : scrubbedError(err));
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       // A detail never repeats an id or a path (a credential put there by mistake would come back);
@@ -43,6 +43,13 @@ function logServerSide(log: Logger, ctx: Context, err: unknown, problem: Problem
   }
   if (!(err instanceof Problem)) return log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
   log.error(fields, 'request failed');
+}
+
+/** The error as a span may record it: spans are not scrubbed on the way out as log lines are. */
+function scrubbedError(err: unknown): Error {
+  const safe = new Error(scrubCredentials(err instanceof Error ? err.message : String(err)));
+  if (err instanceof Error) safe.name = err.name;
+  return safe;
 }
 
 function emptyAnswerProblem(ctx: Context): Problem {
