@@ -19,8 +19,9 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
     const started = process.hrtime.bigint();
     const existing = trace.getActiveSpan();
     const span = existing ?? tracer().startSpan(`${ctx.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': scrubPath(ctx.path, forms) } }, contextFromHeaders(ctx.headers));
+    const inSpan = trace.setSpan(context.active(), span);
     try {
-      await context.with(trace.setSpan(context.active(), span), next);
+      await context.with(inSpan, next);
     } catch (err) {
       markFailed(span, err);
       throw err;
@@ -35,7 +36,7 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
       // A client's own id, like the path, may carry a credential pasted by mistake.
       if (ctx.state.requestId) span.setAttribute('switchboard.request_id', scrubCredentials(ctx.state.requestId, forms));
       // Inside the span, so the line carries its trace_id and span_id.
-      context.with(trace.setSpan(context.active(), span), () =>
+      context.with(inSpan, () =>
         log.info({ requestId: ctx.state.requestId, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1000) }, 'request'),
       );
       if (!existing) {
