@@ -24,6 +24,7 @@ export * from './deliveries.ts';
 export * from './webhook-routing.ts';
 export * from './address-policy.ts';
 export * from './kubernetes-names.ts';
+export * from './instance-spec-stamp.ts';
 export * from './media/index.ts';
 export * from './platform.ts';
 export * from './health-server.ts';

@@ -2,7 +2,7 @@
 // the process, not to an app: adminKeyHashes (http/auth.ts, a WeakMap keyed by these deps),
 // qrImages (records.ts, QR text -> PNG, the same for every app; bounded), and ffmpeg's slots and
 // resolved binary (media/ffmpeg.ts: the cores and the PATH are the process's).
-import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime } from '@switchboard/core';
+import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime, SpecStamp } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
 import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';
 import type { InstanceChanges, InstanceDesiredState } from './kubernetes/instance-resources.ts';
@@ -31,7 +31,8 @@ export interface GatewayDeps {
 /** Kubernetes Instance/Project resources written by the gateway in cluster mode. */
 export interface InstanceResources {
   apply(instance: InstanceDesiredState): Promise<void>;
-  update(id: string, changes: InstanceChanges): Promise<void>;
+  /** The new version of the resource's spec, when the change made one. */
+  update(id: string, changes: InstanceChanges): Promise<SpecStamp | undefined>;
   requestReset(id: string): Promise<void>;
   delete(id: string): Promise<void>;
 }

@@ -6,6 +6,7 @@
 //               reset (pod gone → erase pairing → lastResetAt) · pod up or down per `paused` ·
 //               status mirrored from the session's state, with Ready/Connected conditions.
 import type { CoreV1Api, CustomObjectsApi, V1Pod, V1Secret } from '@kubernetes/client-node';
+import { specStampOf } from '@switchboard/core';
 import { sameStatus, setCondition } from './conditions.ts';
 import type { EventRecorder } from './event-recorder.ts';
 import type { InstanceRow, InstanceStore } from './instance-store.ts';
@@ -62,7 +63,10 @@ export class InstanceReconciler {
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) instance = await this.addFinalizer(instance);
 
     const row = await this.ensureRecord(instance);
-    if (!row) return; // deleted through the API: the resource is being deleted too
+    if (row === 'deleted') return; // deleted through the API: the resource is being deleted too
+    // The API changed the resource after it was read here: its watch event brings the new spec,
+    // and nothing is started or stopped from the old one meanwhile.
+    if (row === 'overtaken') return this.d.pollMs ?? 1000;
     await this.ensureTokenSecret(instance);
 
     let pod = await this.podState(instance);
@@ -119,24 +123,25 @@ export class InstanceReconciler {
     return this.replace(next); // carries resourceVersion: a concurrent change → 409 → retried with backoff
   }
 
-  /** Finds the instance's row; a kubectl-created instance is adopted (row created). Undefined → being deleted. */
-  private async ensureRecord(instance: Instance): Promise<InstanceRow | undefined> {
+  /** Finds the instance's row, in line with the resource; a kubectl-created instance is adopted
+   *  (row created). 'overtaken' when the record follows a newer spec than this read of the resource. */
+  private async ensureRecord(instance: Instance): Promise<InstanceRow | 'deleted' | 'overtaken'> {
     const id = instance.metadata.name;
-    const desired = { id, name: instance.spec.displayName, projectId: instance.spec.projectRef ?? null, paused: Boolean(instance.spec.paused) };
+    const desired = { id, name: instance.spec.displayName, projectId: instance.spec.projectRef ?? null, paused: Boolean(instance.spec.paused), stamp: specStampOf(instance) };
     const row = await this.d.store.find(id);
     if (row) {
-      await this.d.store.applyDesired(desired, row);
+      if (!(await this.d.store.applyDesired(desired, row))) return 'overtaken';
       return (await this.d.store.find(id)) ?? row;
     }
     if (instance.metadata.labels?.[ORIGIN_LABEL] === ORIGIN_API) {
       // Created through the API and its record is gone: it was deleted through the API. Never resurrect it.
       const { namespace, name } = instance.metadata;
       await this.d.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name });
-      return undefined;
+      return 'deleted';
     }
     const { created } = await this.d.store.adopt(desired);
     if (created) await this.d.events.record(instance, 'Normal', 'Adopted', 'Instance record and API token created for this resource.');
-    return this.d.store.find(id);
+    return (await this.d.store.find(id)) ?? 'deleted';
   }
 
   private async ensureTokenSecret(instance: Instance): Promise<void> {

@@ -2,7 +2,7 @@
 // (services/core/src/db/migrations/001_foundation.ts). Every write is idempotent, so a reconcile
 // that is interrupted and repeated leaves the same rows.
 import type { Knex } from 'knex';
-import { noSessionHolds, randomToken, recordConnectionState, resetUnheldSession, TOKEN_PREFIXES, type Crypto } from '@switchboard/core';
+import { followsNoNewerSpec, noSessionHolds, randomToken, recordConnectionState, resetUnheldSession, TOKEN_PREFIXES, type Crypto, type SpecStamp } from '@switchboard/core';
 import type { SessionState } from './resources.ts';
 
 export interface InstanceRow {
@@ -19,6 +19,8 @@ export interface DesiredInstance {
   name: string;
   projectId: string | null;
   paused: boolean;
+  /** The version of the resource this was read from (core/instance-spec-stamp.ts). */
+  stamp?: SpecStamp;
 }
 
 export class InstanceStore {
@@ -49,6 +51,7 @@ export class InstanceStore {
         project_id: projectId,
         paused: desired.paused,
         state: desired.paused ? 'stopped' : 'starting',
+        ...stampColumns(desired.stamp),
         token_hash: this.crypto.hashToken(token),
         token_sealed: this.crypto.seal(token),
       })
@@ -64,21 +67,26 @@ export class InstanceStore {
     return row ? this.crypto.open(row.token_sealed) : undefined;
   }
 
-  /** Brings name, project and paused in line with the resource (the desired run state). */
-  async applyDesired(desired: DesiredInstance, current: InstanceRow): Promise<void> {
+  /** Brings name, project and paused in line with the resource (the desired run state). False,
+   *  changing nothing, when the record follows a newer version of the resource than the one read:
+   *  an API call changed both after this reconcile read the resource. */
+  async applyDesired(desired: DesiredInstance, current: InstanceRow): Promise<boolean> {
     const projectId = await this.existingProject(desired.projectId);
     const patch: Record<string, unknown> = {};
     if (current.name !== desired.name) patch.name = desired.name;
     if (current.projectId !== projectId) patch.project_id = projectId;
     if (current.paused !== desired.paused) patch.paused = desired.paused;
-    if (!Object.keys(patch).length) return;
-    await this.db.transaction(async (trx) => {
-      await trx('instances').where({ id: desired.id }).update({ ...patch, updated_at: trx.fn.now() });
+    if (!Object.keys(patch).length) return true;
+    return this.db.transaction(async (trx) => {
+      const write = trx('instances').where({ id: desired.id });
+      if (desired.stamp) write.where(followsNoNewerSpec(desired.stamp));
+      if (!(await write.update({ ...patch, ...stampColumns(desired.stamp), updated_at: trx.fn.now() }))) return false;
       // Paused or started on the resource (kubectl), not through the API: the record and its
       // event say so now; the session that stops or starts next finds them already said.
       if ('paused' in patch) {
         await recordConnectionState(trx, desired.id, desired.paused ? 'stopped' : 'starting', { reason: desired.paused ? 'paused' : null });
       }
+      return true;
     });
   }
 
@@ -112,6 +120,10 @@ export class InstanceStore {
     const row = await this.db('projects').where({ id: projectId }).first('id');
     return row ? projectId : null;
   }
+}
+
+function stampColumns(stamp: SpecStamp | undefined): Record<string, unknown> {
+  return stamp ? { spec_uid: stamp.uid, spec_generation: stamp.generation } : {};
 }
 
 function toRow(r: Record<string, any>): InstanceRow {

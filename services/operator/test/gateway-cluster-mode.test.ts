@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import knexFactory from 'knex';
 import { join } from 'node:path';
 import { startCluster, type Cluster } from '../../../test/support/cluster.ts';
 import { ApiClient } from '../../../test/support/http.ts';
@@ -47,6 +48,15 @@ describe('gateway process in cluster mode (fake Kubernetes API)', function () {
 
     assert.equal((await admin.post(`/api/instances/${id}/disconnect`)).status, 200);
     assert.equal(resource(id)?.spec.paused, true);
+    // The record follows that version of the resource: an operator reconcile holding an older
+    // read cannot write it back (core/instance-spec-stamp.ts).
+    const db = knexFactory({ client: 'pg', connection: database.url, pool: { min: 0, max: 1 } });
+    try {
+      const stamp = await db('instances').where({ id }).first('spec_uid', 'spec_generation');
+      assert.deepEqual([stamp.spec_uid, Number(stamp.spec_generation)], [resource(id)!.metadata.uid, resource(id)!.metadata.generation]);
+    } finally {
+      await db.destroy();
+    }
 
     assert.equal((await admin.delete(`/api/instances/${id}`)).status, 200);
     assert.equal(resource(id), undefined);

@@ -3,6 +3,7 @@
 // (a watch that dies, compacted history, the API server going away, conflicting writers).
 import assert from 'node:assert/strict';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { recordConnectionState, recordSpecStamp } from '@switchboard/core';
 import { Controller } from '../src/controller.ts';
 import { InstanceStore } from '../src/instance-store.ts';
 import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
@@ -28,6 +29,9 @@ describe('operator: Instance and Project reconciliation', function () {
   let podsDuringDelete: number[] = [];
   /** While true, deleting an instance's records fails (a database outage during the finalizer). */
   let failRecordDeletes = false;
+  /** Run once by the next look-up of this instance's record (then cleared): a reconcile has read
+   *  the resource by then, so what this does happens after that read. */
+  let beforeNextFind: { id: string; run: () => Promise<void> } | undefined;
 
   before(async () => {
     fake = await startFake();
@@ -41,6 +45,15 @@ describe('operator: Instance and Project reconciliation', function () {
         afterNextReset = undefined;
         hook?.(id);
         return true;
+      }
+
+      override async find(id: string) {
+        const hook = beforeNextFind;
+        if (hook?.id === id) {
+          beforeNextFind = undefined;
+          await hook.run();
+        }
+        return super.find(id);
       }
 
       override async delete(id: string): Promise<boolean> {
@@ -147,6 +160,36 @@ describe('operator: Instance and Project reconciliation', function () {
     // Paused and resumed on the resource, not through the API: clients hear of both.
     const updates = (await connectionUpdates('inst-kubectl')).slice(-2);
     assert.deepEqual(updates.map((d) => [d.state, d.reason]), [['stopped', 'paused'], ['starting', null]]);
+  });
+
+  it('never writes a spec it read over a newer one the API wrote meanwhile (a disconnect is not undone)', async () => {
+    await createInstance('inst-overtaken', { displayName: 'Overtaken line' });
+    await eventually(async () => assert.ok(pod('inst-overtaken') && (await row('inst-overtaken')).spec_generation));
+    const gateway = new KubernetesInstanceResources(kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi), NAMESPACE);
+    let eventsBefore = 0;
+    // What POST /api/instances/{id}/disconnect does in cluster mode (routes/instances.ts and
+    // RemoteSessionRuntime.stop), run between the reconcile's read of the resource and its write.
+    const id = 'inst-overtaken';
+    beforeNextFind = {
+      id,
+      run: async () => {
+        eventsBefore = (await connectionUpdates(id)).length;
+        const stamp = await gateway.update(id, { paused: true });
+        await recordSpecStamp(t.db, id, stamp!);
+        await t.db('instances').where({ id }).update({ paused: true });
+        await recordConnectionState(t.db, id, 'stopped', { reason: 'paused' });
+      },
+    };
+    await patchSpec('inst-overtaken', { displayName: 'Renamed on the resource' }); // a reconcile that reads paused: false
+    await eventually(async () => {
+      assert.equal(pod('inst-overtaken'), undefined);
+      assert.equal(condition('inst-overtaken', 'Ready')?.reason, 'Paused');
+    });
+    assert.equal(beforeNextFind, undefined, 'the API call ran inside a reconcile');
+    const record = await row('inst-overtaken');
+    assert.deepEqual([record.paused, record.name, Number(record.spec_generation)], [true, 'Renamed on the resource', instance('inst-overtaken')!.metadata.generation]);
+    const updates = (await connectionUpdates('inst-overtaken')).slice(eventsBefore);
+    assert.deepEqual(updates.map((d) => [d.state, d.reason]), [['stopped', 'paused']], 'no brief start from the older spec');
   });
 
   it('resets: stops the pod, erases the pairing while no pod runs, starts a new pod, records lastResetAt', async () => {

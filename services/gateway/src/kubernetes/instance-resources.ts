@@ -6,7 +6,7 @@
 // everything else the gateway does keeps working.
 import { readFileSync } from 'node:fs';
 import { CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import { CRD_GROUP as GROUP, CRD_VERSION as VERSION, INSTANCES_PLURAL as PLURAL, ORIGIN_API, ORIGIN_LABEL, Problem, withDeadline } from '@switchboard/core';
+import { CRD_GROUP as GROUP, CRD_VERSION as VERSION, INSTANCES_PLURAL as PLURAL, ORIGIN_API, ORIGIN_LABEL, Problem, specStampOf, withDeadline, type SpecStamp } from '@switchboard/core';
 
 export const FIELD_MANAGER = 'gateway';
 
@@ -72,13 +72,15 @@ export class KubernetesInstanceResources {
    * 503 until the operator, which makes one for every instance row without, has made it (a
    * request racing the instance's delete would otherwise bring the resource back for a moment).
    */
-  async update(id: string, changes: InstanceChanges): Promise<void> {
+  async update(id: string, changes: InstanceChanges): Promise<SpecStamp | undefined> {
     const spec: Record<string, unknown> = {};
     if (changes.name !== undefined) spec.displayName = changes.name;
     if (changes.projectId !== undefined) spec.projectRef = changes.projectId; // null removes it
     if (changes.paused !== undefined) spec.paused = changes.paused;
-    if (!Object.keys(spec).length) return;
-    if (!(await this.mergePatch(id, { spec }))) throw notYetCreated();
+    if (!Object.keys(spec).length) return undefined;
+    const patched = await this.mergePatch(id, { spec });
+    if (!patched) throw notYetCreated();
+    return specStampOf(patched);
   }
 
   /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */
@@ -93,8 +95,8 @@ export class KubernetesInstanceResources {
   }
 
   /** A merge patch, not an apply: an apply of some fields would drop the others the gateway owns
-   *  (`null` removes a field). False when the resource does not exist. */
-  private mergePatch(id: string, body: { spec: Record<string, unknown> }): Promise<boolean> {
+   *  (`null` removes a field). The patched resource; undefined when it does not exist. */
+  private mergePatch(id: string, body: { spec: Record<string, unknown> }): Promise<unknown> {
     return this.call(
       () =>
         this.api.patchNamespacedCustomObject(
@@ -105,15 +107,14 @@ export class KubernetesInstanceResources {
     );
   }
 
-  /** False when the call failed with one of the `ignore` statuses. */
-  private async call(op: () => Promise<unknown>, ignore: number[] = []): Promise<boolean> {
+  /** The call's answer; undefined when it failed with one of the `ignore` statuses. */
+  private async call<T>(op: () => Promise<T>, ignore: number[] = []): Promise<T | undefined> {
     try {
-      await withDeadline(op(), this.timeoutMs, unavailable);
-      return true;
+      return await withDeadline(op(), this.timeoutMs, unavailable);
     } catch (err) {
       if (err instanceof Problem) throw err;
       const status = statusOf(err);
-      if (status !== undefined && ignore.includes(status)) return false;
+      if (status !== undefined && ignore.includes(status)) return undefined;
       if (status === undefined || status === 429 || status >= 500) throw unavailable();
       if (status === 404) throw notYetCreated();
       throw new Problem(500, 'kubernetes_error', `The Kubernetes API refused the change (HTTP ${status}).`);

@@ -1,7 +1,8 @@
 // Instances: records, lifecycle (connect, disconnect, reset, pairing) and credentials.
 import { z } from 'zod';
-import { drainMediaPurge, newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken } from '@switchboard/core';
+import { drainMediaPurge, newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken, recordSpecStamp } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
+import type { InstanceChanges } from '../kubernetes/instance-resources.ts';
 import { route } from '../http/route.ts';
 import { INSTANCE_TOKEN_PREFIX } from '../http/auth.ts';
 import { Deleted, InstanceCreateBody, InstancePatchBody, InstanceRecord, PairingBody, listOf } from '../schemas.ts';
@@ -22,6 +23,14 @@ async function reload(deps: GatewayDeps, id: string) {
  *  write only the fields they change (`deps.resources.update`). */
 async function mirrorCreated(deps: GatewayDeps, row: any): Promise<void> {
   await deps.resources?.apply({ id: row.id, name: row.name, projectId: row.project_id ?? null, paused: Boolean(row.paused) });
+}
+
+/** Cluster mode: changes the Instance resource, then stamps the record with the resource's new
+ *  version before the caller writes the record, so an operator reconcile that read the resource
+ *  before this change cannot write the older spec over it (core/instance-spec-stamp.ts). */
+async function updateResource(deps: GatewayDeps, id: string, changes: InstanceChanges): Promise<void> {
+  const stamp = await deps.resources?.update(id, changes);
+  if (stamp) await recordSpecStamp(deps.db, id, stamp);
 }
 
 export const instanceRoutes = [
@@ -89,7 +98,7 @@ export const instanceRoutes = [
       if (body.name !== undefined) changes.name = body.name;
       if (body.projectId !== undefined) changes.project_id = body.projectId;
       // The resource first: if Kubernetes is unavailable (503) the record stays unchanged too.
-      await deps.resources?.update(params.id, { name: body.name, projectId: body.projectId });
+      await updateResource(deps, params.id, { name: body.name, projectId: body.projectId });
       const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), 'The project');
       if (!row) throw problems.notFound('The instance'); // deleted meanwhile
       return { body: await instanceRecord(row) };
@@ -125,7 +134,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await deps.resources?.update(params.id, { paused: false });
+      await updateResource(deps, params.id, { paused: false });
       await deps.runtime.start(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -139,7 +148,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await deps.resources?.update(params.id, { paused: true });
+      await updateResource(deps, params.id, { paused: true });
       await deps.runtime.stop(params.id);
       return { body: await reload(deps, params.id) };
     },
@@ -173,7 +182,7 @@ export const instanceRoutes = [
       let reply: Record<string, unknown>;
       try {
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
-          await deps.resources?.update(params.id, { paused: false });
+          await updateResource(deps, params.id, { paused: false });
           await deps.runtime.start(params.id);
         }
         reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
@@ -199,7 +208,7 @@ function needsNoPairing(err: unknown): boolean {
 
 async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   try {
-    await deps.resources?.update(id, { paused: true });
+    await updateResource(deps, id, { paused: true });
     await deps.runtime.stop(id);
   } catch (err) {
     deps.log.warn({ instanceId: id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');

@@ -13,6 +13,7 @@ import * as m009 from './009_dispatcher_replicas.ts';
 import * as m010 from './010_media_mimetype_width.ts';
 import * as m011 from './011_media_purge_queue.ts';
 import * as m012 from './012_sandbox_echo_owed.ts';
+import * as m013 from './013_instance_spec_stamp.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -32,6 +33,7 @@ const migrations: Record<string, Migration> = {
   '010_media_mimetype_width': m010,
   '011_media_purge_queue': m011,
   '012_sandbox_echo_owed': m012,
+  '013_instance_spec_stamp': m013,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
