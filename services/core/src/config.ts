@@ -36,6 +36,8 @@ export class ConfigError extends Error {
 type Env = Record<string, string | undefined>;
 
 const DEFAULT_RETRY_SCHEDULE = '0,5000,300000,1800000,7200000,18000000,36000000,36000000';
+/** The longest delay WEBHOOK_RETRY_SCHEDULE may hold. */
+const MAX_RETRY_DELAY_MS = 30 * 86_400_000;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** Reads and validates the configuration; throws ConfigError listing every bad variable. */
@@ -154,6 +156,10 @@ class EnvReader {
     if (parts.length !== 8 || parts.some((p) => !/^\d+$/.test(p))) {
       return this.fail(name, 'must list 8 comma-separated delays in milliseconds', fallback.split(',').map(Number));
     }
+    // A delay must still make a date when added to now: bound it well below that (30 days).
+    if (parts.some((p) => Number(p) > MAX_RETRY_DELAY_MS)) {
+      return this.fail(name, `each delay must be at most ${MAX_RETRY_DELAY_MS} ms (30 days)`, fallback.split(',').map(Number));
+    }
     return parts.map(Number);
   }
 
@@ -162,11 +168,11 @@ class EnvReader {
     if (v === undefined) return [];
     const origins: string[] = [];
     for (const part of v.split(',').map((p) => p.trim()).filter(Boolean)) {
-      try {
-        origins.push(new URL(part).origin);
-      } catch {
-        this.fail(name, `"${part}" is not an origin such as https://app.example.com`, undefined);
-      }
+      // `new URL('localhost:3000')` parses, with scheme `localhost:` and the opaque origin "null",
+      // which would let every `Origin: null` request in instead of the one meant.
+      const origin = URL.canParse(part) ? new URL(part) : undefined;
+      if (origin && (origin.protocol === 'http:' || origin.protocol === 'https:')) origins.push(origin.origin);
+      else this.fail(name, `"${part}" is not an origin such as https://app.example.com (scheme http or https)`, undefined);
     }
     return origins;
   }

@@ -81,6 +81,18 @@ describe('configuration', () => {
     }
   });
 
+  it('refuses an origin without an http(s) scheme and a retry delay no date can hold', () => {
+    for (const [name, value] of [
+      ['ALLOWED_ORIGINS', 'https://app.example.com,localhost:3000'], // parses as scheme "localhost:", origin "null"
+      ['ALLOWED_ORIGINS', 'file:///tmp/page.html'],
+      ['WEBHOOK_RETRY_SCHEDULE', '0,1,2,3,4,5,6,99999999999999999999999'],
+    ]) {
+      assert.throws(() => loadConfig({ [name]: value }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
+    }
+    assert.deepEqual(loadConfig({ ALLOWED_ORIGINS: 'http://localhost:3000' }).allowedOrigins, ['http://localhost:3000']);
+    assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '0,1,2,3,4,5,6,2592000000' }).webhookRetrySchedule[7], 2_592_000_000);
+  });
+
   it('makes the server exit non-zero with the bad variable named', async function () {
     this.timeout(30_000);
     const run = spawnSync(process.execPath, [await builtService('server')], {

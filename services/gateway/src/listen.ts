@@ -3,8 +3,13 @@ import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
 import { Problem } from '@switchboard/core';
 
-/** Starts an HTTP server for the app; resolves with it and the bound port. */
-export function listen(app: Koa, port: number, host: string): Promise<{ server: Server; port: number; close(): Promise<void> }> {
+/** How long a stopping server lets the requests under way finish before it cuts them off. */
+const STOP_GRACE_MS = 10_000;
+
+/** Starts an HTTP server for the app; resolves with it and the bound port. `close` stops taking
+ *  connections, closes the idle ones, and lets the requests under way finish (a send being
+ *  accepted gets its answer) for up to `graceMs`, then cuts off what is left. */
+export function listen(app: Koa, port: number, host: string): Promise<{ server: Server; port: number; close(graceMs?: number): Promise<void> }> {
   // Node would answer a missing Host with a bare 400; the app answers it with a problem document.
   const server = createServer({ requireHostHeader: false }, app.callback());
   server.requestTimeout = 120_000; // large media uploads on slow links
@@ -16,6 +21,7 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
     res.writeHead(417, { 'Content-Type': 'application/problem+json', 'Content-Length': Buffer.byteLength(body), Connection: 'close' }).end(body);
   });
   server.on('connect', (_req, socket: Duplex) => writeProblem(socket, 405, 'method_not_allowed', 'CONNECT is not allowed: this is not a proxy.'));
+  const stop = gracefulStop(server);
   return new Promise((resolve, reject) => {
     // A start that cannot listen names what to change (DESIGN §4: one line naming the variable).
     server.once('error', (err) => reject(new Error(`HOST/PORT: cannot listen on ${host}:${port} (${err.message})`)));
@@ -25,14 +31,44 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
       resolve({
         server,
         port: bound,
-        close: () =>
-          new Promise<void>((res) => {
-            server.close(() => res());
-            server.closeAllConnections();
-          }),
+        close: stop,
       });
     });
   });
+}
+
+/** The server's stop: no new connections; idle ones (also those that never sent a request,
+ *  which Node's closeIdleConnections keeps) closed now, and each busy one once its request is
+ *  answered (not kept alive for another); whatever runs past `graceMs` is cut off. */
+function gracefulStop(server: Server): (graceMs?: number) => Promise<void> {
+  const sockets = new Set<Duplex>();
+  const underWay = new Set<ServerResponse>();
+  let stopping = false;
+  const closeWhenAnswered = (res: ServerResponse) => {
+    if (!res.headersSent) res.shouldKeepAlive = false; // answered with Connection: close
+    else res.once('finish', () => setImmediate(() => res.socket?.destroySoon())); // already streaming
+  };
+  server.on('connection', (socket: Duplex) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  server.on('request', (_req, res: ServerResponse) => {
+    underWay.add(res);
+    res.once('close', () => underWay.delete(res));
+    if (stopping) closeWhenAnswered(res);
+  });
+  return (graceMs = STOP_GRACE_MS) =>
+    new Promise<void>((resolve) => {
+      stopping = true;
+      const cutOff = setTimeout(() => server.closeAllConnections(), graceMs);
+      server.close(() => {
+        clearTimeout(cutOff);
+        resolve();
+      });
+      const busy = new Set<unknown>([...underWay].map((res) => res.socket));
+      for (const socket of sockets) if (!busy.has(socket)) socket.destroy();
+      for (const res of underWay) closeWhenAnswered(res);
+    });
 }
 
 /** Connections whose refused bytes are answered once the responses due before them are sent. */

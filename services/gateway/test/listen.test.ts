@@ -62,4 +62,55 @@ describe('listen', () => {
     }
     assert.deepEqual(statuses(await exchange(['GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'])), [200]);
   });
+
+  it('stops by letting the requests under way finish, closing idle connections, refusing new ones', async () => {
+    const app = new Koa();
+    let arrived: () => void = () => undefined;
+    const underWay = new Promise<void>((r) => (arrived = r));
+    app.use(async (ctx) => {
+      arrived();
+      await new Promise((r) => setTimeout(r, 300)); // a request still running when the stop comes
+      ctx.body = { done: true };
+    });
+    const stopping = await listen(app, 0, '127.0.0.1');
+    const idle = connect(stopping.port, '127.0.0.1');
+    const idleClosed = new Promise((r) => idle.on('close', r));
+    const busy = new Promise<string>((resolve, reject) => {
+      const socket = connect(stopping.port, '127.0.0.1', () => socket.write('GET /work HTTP/1.1\r\nHost: x\r\n\r\n'));
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('utf8')));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', reject);
+    });
+    await underWay;
+    const started = performance.now();
+    await Promise.all([stopping.close(), idleClosed]);
+    const answer = await busy;
+    assert.deepEqual(statuses(answer), [200], 'the request under way got its answer');
+    assert.match(answer, /"done":true/);
+    assert.match(answer, /connection: close/i, 'and its keep-alive connection was closed after it');
+    assert.ok(performance.now() - started < 5000, 'the stop did not wait for the keep-alive time-out');
+    await assert.rejects(new Promise((resolve, reject) => connect(stopping.port, '127.0.0.1', () => resolve(undefined)).on('error', reject)));
+  });
+
+  it('cuts off what is still running when the grace period ends', async () => {
+    const app = new Koa();
+    let arrived: () => void = () => undefined;
+    const underWay = new Promise<void>((r) => (arrived = r));
+    app.use(async () => {
+      arrived();
+      await new Promise(() => undefined); // never answers
+    });
+    const stopping = await listen(app, 0, '127.0.0.1');
+    const cut = new Promise<string>((resolve) => {
+      const socket = connect(stopping.port, '127.0.0.1', () => socket.write('GET /hang HTTP/1.1\r\nHost: x\r\n\r\n'));
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('utf8')));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', () => undefined);
+    });
+    await underWay;
+    await stopping.close(200);
+    assert.equal(await cut, '', 'closed without an answer once the grace period was over');
+  });
 });
