@@ -2,8 +2,11 @@
 // record: the gateway, which changes the Instance resource and then the record, and the operator,
 // which brings the record in line with the resource it read. A reconcile that read the resource
 // just before an API call changed it would write the older spec over the newer one (a disconnect
-// briefly undone: `starting` recorded, a session pod started and stopped again). So both stamp
-// the record with the version of the resource they follow, and neither writes over a newer stamp.
+// briefly undone: `starting` recorded, a session pod started and stopped again). So the gateway
+// stamps the record with the version its change made before it writes the values, and the
+// operator neither writes nor acts on a read older than the record's stamp: it reads again.
+// (Two API calls on one instance that race each other are ordered by the resource; the next
+// reconcile that follows brings the record in line with its last version.)
 import type { Knex } from 'knex';
 
 /** A version of an Instance resource's spec: its uid (a re-created resource starts its
@@ -19,6 +22,12 @@ export function followsNoNewerSpec(stamp: SpecStamp): (q: Knex.QueryBuilder) => 
   return (q) => {
     q.whereNull('spec_generation').orWhereRaw('spec_uid is distinct from ?', [stamp.uid]).orWhere('spec_generation', '<=', stamp.generation);
   };
+}
+
+/** Whether `recorded` is a later version of the same resource than `read` (what
+ *  followsNoNewerSpec refuses to write over). */
+export function isNewerSpec(recorded: SpecStamp | undefined, read: SpecStamp | undefined): boolean {
+  return recorded !== undefined && read !== undefined && recorded.uid === read.uid && recorded.generation > read.generation;
 }
 
 /** The record now follows this version of its resource; an older stamp never replaces a newer one. */

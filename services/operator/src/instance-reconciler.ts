@@ -6,7 +6,7 @@
 //               reset (pod gone → erase pairing → lastResetAt) · pod up or down per `paused` ·
 //               status mirrored from the session's state, with Ready/Connected conditions.
 import type { CoreV1Api, CustomObjectsApi, V1Pod, V1Secret } from '@kubernetes/client-node';
-import { specStampOf } from '@switchboard/core';
+import { isNewerSpec, specStampOf } from '@switchboard/core';
 import { sameStatus, setCondition } from './conditions.ts';
 import type { EventRecorder } from './event-recorder.ts';
 import type { InstanceRow, InstanceStore } from './instance-store.ts';
@@ -130,6 +130,9 @@ export class InstanceReconciler {
     const desired = { id, name: instance.spec.displayName, projectId: instance.spec.projectRef ?? null, paused: Boolean(instance.spec.paused), stamp: specStampOf(instance) };
     const row = await this.d.store.find(id);
     if (row) {
+      // Checked even when the row matches this read: the API may have changed the resource and
+      // stamped the record without having written its new values yet.
+      if (isNewerSpec(row.specStamp, desired.stamp)) return this.overtaken(instance, row);
       if (!(await this.d.store.applyDesired(desired, row))) return 'overtaken';
       return (await this.d.store.find(id)) ?? row;
     }
@@ -142,6 +145,22 @@ export class InstanceReconciler {
     const { created } = await this.d.store.adopt(desired);
     if (created) await this.d.events.record(instance, 'Normal', 'Adopted', 'Instance record and API token created for this resource.');
     return (await this.d.store.find(id)) ?? 'deleted';
+  }
+
+  /**
+   * The record follows a later spec than this read: an API call changed the resource since, and
+   * the next reconcile reads that. Unless the resource went back in time (restored from an etcd
+   * backup): a read made now, after the stamp was written, would then still be older, and the
+   * stamp could never be reached, so it is dropped and the resource followed as it is.
+   */
+  private async overtaken(instance: Instance, row: InstanceRow): Promise<'overtaken'> {
+    const now = await this.read(instance.metadata.namespace, instance.metadata.name);
+    if (now && isNewerSpec(row.specStamp, specStampOf(now))) {
+      await this.d.store.forgetSpecStamp(row.id);
+      const message = `The record followed generation ${row.specStamp!.generation} of this resource, which is at ${now.metadata.generation} (restored from a backup?); it follows the resource as it is now.`;
+      await this.d.events.record(now, 'Warning', 'SpecGenerationWentBack', message);
+    }
+    return 'overtaken';
   }
 
   private async ensureTokenSecret(instance: Instance): Promise<void> {

@@ -12,6 +12,8 @@ export interface InstanceRow {
   state: SessionState;
   paused: boolean;
   phone: string | null;
+  /** The version of the resource's spec the record follows (core/instance-spec-stamp.ts). */
+  specStamp?: SpecStamp;
 }
 
 export interface DesiredInstance {
@@ -32,7 +34,7 @@ export class InstanceStore {
   ) {}
 
   async find(id: string): Promise<InstanceRow | undefined> {
-    const row = await this.db('instances').where({ id }).first('id', 'name', 'project_id', 'state', 'paused', 'phone');
+    const row = await this.db('instances').where({ id }).first('id', 'name', 'project_id', 'state', 'paused', 'phone', 'spec_uid', 'spec_generation');
     return row ? toRow(row) : undefined;
   }
 
@@ -90,6 +92,11 @@ export class InstanceStore {
     });
   }
 
+  /** Drops the record's stamp: the next spec read is followed whatever its generation. */
+  async forgetSpecStamp(id: string): Promise<void> {
+    await this.db('instances').where({ id }).update({ spec_uid: null, spec_generation: null });
+  }
+
   /** Erases the session's pairing (auth state) so it starts fresh. False, changing nothing, while
    *  a session still holds the instance. */
   async resetSession(id: string): Promise<boolean> {
@@ -127,5 +134,6 @@ function stampColumns(stamp: SpecStamp | undefined): Record<string, unknown> {
 }
 
 function toRow(r: Record<string, any>): InstanceRow {
-  return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null };
+  const specStamp = r.spec_uid && r.spec_generation !== null && r.spec_generation !== undefined ? { uid: r.spec_uid, generation: Number(r.spec_generation) } : undefined;
+  return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null, ...(specStamp ? { specStamp } : {}) };
 }

@@ -78,6 +78,7 @@ export class FakeApiServer {
   /** Events at or below this resourceVersion have been compacted away (watching from them → 410). */
   private compactedThrough = 0;
   private injected: { count: number; match: (method: string, path: string) => boolean; status: number }[] = [];
+  private readonly readHooks = new Map<string, { meanwhile: () => Promise<void>; when: (object: Obj) => boolean }>();
   private unavailable = false;
   private port = 0;
   /** Every request as "METHOD path", for assertions. */
@@ -131,6 +132,13 @@ export class FakeApiServer {
   /** While true every request fails with 503 (an API server that is up but not serving). */
   setUnavailable(value: boolean): void {
     this.unavailable = value;
+  }
+
+  /** The next GET of `path` (that finds the object as `when` wants it) answers with the object as
+   *  it is now, but only once `meanwhile` has run: whatever that changes, the reader acts on what it
+   *  read before (a concurrent writer). */
+  afterNextRead(path: string, meanwhile: () => Promise<void>, when: (object: Obj) => boolean = () => true): void {
+    this.readHooks.set(path, { meanwhile, when });
   }
 
   /** The next `count` requests matching fail with `status` (409 by default, as a concurrent writer would cause). */
@@ -206,8 +214,15 @@ export class FakeApiServer {
       }
       const contentType = (req.headers['content-type'] ?? '').split(';')[0].trim();
       switch (method) {
-        case 'GET':
-          return send(res, 200, this.read(route));
+        case 'GET': {
+          const object = structuredClone(this.read(route));
+          const hook = this.readHooks.get(url.pathname);
+          if (hook?.when(object)) {
+            this.readHooks.delete(url.pathname);
+            await hook.meanwhile();
+          }
+          return send(res, 200, object);
+        }
         case 'PUT':
           return send(res, 200, this.replace(route, parseJson(body)));
         case 'PATCH':

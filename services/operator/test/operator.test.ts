@@ -29,9 +29,6 @@ describe('operator: Instance and Project reconciliation', function () {
   let podsDuringDelete: number[] = [];
   /** While true, deleting an instance's records fails (a database outage during the finalizer). */
   let failRecordDeletes = false;
-  /** Run once by the next look-up of this instance's record (then cleared): a reconcile has read
-   *  the resource by then, so what this does happens after that read. */
-  let beforeNextFind: { id: string; run: () => Promise<void> } | undefined;
 
   before(async () => {
     fake = await startFake();
@@ -45,15 +42,6 @@ describe('operator: Instance and Project reconciliation', function () {
         afterNextReset = undefined;
         hook?.(id);
         return true;
-      }
-
-      override async find(id: string) {
-        const hook = beforeNextFind;
-        if (hook?.id === id) {
-          beforeNextFind = undefined;
-          await hook.run();
-        }
-        return super.find(id);
       }
 
       override async delete(id: string): Promise<boolean> {
@@ -162,34 +150,76 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.deepEqual(updates.map((d) => [d.state, d.reason]), [['stopped', 'paused'], ['starting', null]]);
   });
 
+  const instancePath = (name: string) => `/apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances/${name}`;
+
   it('never writes a spec it read over a newer one the API wrote meanwhile (a disconnect is not undone)', async () => {
-    await createInstance('inst-overtaken', { displayName: 'Overtaken line' });
-    await eventually(async () => assert.ok(pod('inst-overtaken') && (await row('inst-overtaken')).spec_generation));
+    const id = 'inst-overtaken';
+    await createInstance(id, { displayName: 'Overtaken line' });
+    await eventually(async () => assert.ok(pod(id) && (await row(id)).spec_generation));
     const gateway = new KubernetesInstanceResources(kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi), NAMESPACE);
     let eventsBefore = 0;
+    let ran = false;
     // What POST /api/instances/{id}/disconnect does in cluster mode (routes/instances.ts and
-    // RemoteSessionRuntime.stop), run between the reconcile's read of the resource and its write.
-    const id = 'inst-overtaken';
-    beforeNextFind = {
-      id,
-      run: async () => {
-        eventsBefore = (await connectionUpdates(id)).length;
-        const stamp = await gateway.update(id, { paused: true });
-        await recordSpecStamp(t.db, id, stamp!);
-        await t.db('instances').where({ id }).update({ paused: true });
-        await recordConnectionState(t.db, id, 'stopped', { reason: 'paused' });
-      },
-    };
-    await patchSpec('inst-overtaken', { displayName: 'Renamed on the resource' }); // a reconcile that reads paused: false
-    await eventually(async () => {
-      assert.equal(pod('inst-overtaken'), undefined);
-      assert.equal(condition('inst-overtaken', 'Ready')?.reason, 'Paused');
+    // RemoteSessionRuntime.stop), done while the reconcile of the rename below reads the resource.
+    fake.afterNextRead(instancePath(id), async () => {
+      eventsBefore = (await connectionUpdates(id)).length;
+      await recordSpecStamp(t.db, id, (await gateway.update(id, { paused: true }))!);
+      await t.db('instances').where({ id }).update({ paused: true });
+      await recordConnectionState(t.db, id, 'stopped', { reason: 'paused' });
+      ran = true;
     });
-    assert.equal(beforeNextFind, undefined, 'the API call ran inside a reconcile');
-    const record = await row('inst-overtaken');
-    assert.deepEqual([record.paused, record.name, Number(record.spec_generation)], [true, 'Renamed on the resource', instance('inst-overtaken')!.metadata.generation]);
-    const updates = (await connectionUpdates('inst-overtaken')).slice(eventsBefore);
+    await patchSpec(id, { displayName: 'Renamed on the resource' }); // read: renamed, paused false
+    await eventually(async () => {
+      assert.ok(ran, 'the disconnect ran while the reconcile read the resource');
+      assert.equal(pod(id), undefined);
+      assert.equal(condition(id, 'Ready')?.reason, 'Paused');
+    });
+    const record = await row(id);
+    assert.deepEqual([record.paused, record.name, Number(record.spec_generation)], [true, 'Renamed on the resource', instance(id)!.metadata.generation]);
+    const updates = (await connectionUpdates(id)).slice(eventsBefore);
     assert.deepEqual(updates.map((d) => [d.state, d.reason]), [['stopped', 'paused']], 'no brief start from the older spec');
+  });
+
+  it('starts no pod from a read the API overtook before writing the record (stamped, values not yet written)', async () => {
+    const id = 'inst-stamped-first';
+    await createInstance(id, { displayName: 'Paused line', paused: true });
+    await eventually(() => assert.equal(instance(id)?.status?.state, 'stopped'));
+    const gateway = new KubernetesInstanceResources(kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi), NAMESPACE);
+    const podCreations = () => fake.requests.filter((r) => r === `POST /api/v1/namespaces/${NAMESPACE}/pods`).length;
+    // A connect, whole; then the reconcile it causes reads the resource while a disconnect has
+    // changed it and stamped the record, but not yet written `paused` to it.
+    let ran = false;
+    const disconnectStamped = async () => {
+      await recordSpecStamp(t.db, id, (await gateway.update(id, { paused: true }))!);
+      ran = true;
+    };
+    fake.afterNextRead(instancePath(id), disconnectStamped, (read) => read.spec.paused === false);
+    const creationsBefore = podCreations();
+    await recordSpecStamp(t.db, id, (await gateway.update(id, { paused: false }))!);
+    await t.db('instances').where({ id }).update({ paused: false });
+    await eventually(() => assert.ok(ran, 'the disconnect ran while the reconcile read the resource'));
+    await t.db('instances').where({ id }).update({ paused: true }); // the disconnect's own write, now
+    await eventually(async () => {
+      assert.equal((await row(id)).paused, true);
+      assert.equal(instance(id)?.status?.observedGeneration, instance(id)?.metadata.generation);
+      assert.equal(condition(id, 'Ready')?.reason, 'Paused');
+    });
+    assert.equal(podCreations() - creationsBefore, 0, 'no session pod was started from the older spec');
+  });
+
+  it('follows the resource again when it went back behind the record (restored from a backup)', async () => {
+    const id = 'inst-restored';
+    await createInstance(id, { displayName: 'Before the backup' });
+    await eventually(async () => assert.ok((await row(id)).spec_generation));
+    const uid = instance(id)!.metadata.uid;
+    await t.db('instances').where({ id }).update({ spec_uid: uid, spec_generation: 999 }); // written before the restore
+    await patchSpec(id, { displayName: 'After the restore' });
+    await eventually(async () => {
+      const record = await row(id);
+      assert.deepEqual([record.name, Number(record.spec_generation)], ['After the restore', instance(id)!.metadata.generation]);
+    });
+    const reasons = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === id).map((e) => e.reason);
+    assert.ok(reasons.includes('SpecGenerationWentBack'), `events: ${reasons}`);
   });
 
   it('resets: stops the pod, erases the pairing while no pod runs, starts a new pod, records lastResetAt', async () => {
