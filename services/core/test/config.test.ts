@@ -131,4 +131,26 @@ describe('configuration', () => {
       }
     }
   });
+
+  it('the dispatcher refuses a bad HEALTH_PORT before it starts anything; the operator names DATABASE_URL', async function () {
+    this.timeout(60_000);
+    const key = Buffer.alloc(32, 7).toString('base64');
+    const base = { PATH: process.env.PATH, HOME: process.env.HOME, ENCRYPTION_KEY: key, LOG_LEVEL: 'info' };
+    const dispatcher = spawnSync(process.execPath, [await builtService('dispatcher')], {
+      env: { ...base, DATABASE_URL: 'postgres://127.0.0.1:1/none', NATS_URL: 'nats://127.0.0.1:1', HEALTH_PORT: 'x' },
+      encoding: 'utf8',
+      timeout: 25_000,
+    });
+    assert.equal(dispatcher.status, 2, dispatcher.stderr);
+    assert.match(dispatcher.stderr, /configuration error: HEALTH_PORT: /);
+    assert.doesNotMatch(dispatcher.stdout + dispatcher.stderr, /dispatcher started|DATABASE_URL/, 'nothing was started or tried first');
+    const operator = spawnSync(process.execPath, [await builtService('operator')], {
+      env: { ...base, DATABASE_URL: 'postgres://127.0.0.1:1/none', SESSION_IMAGE: 'switchboard:test', KUBERNETES_NAMESPACE: 'switchboard' },
+      encoding: 'utf8',
+      timeout: 25_000,
+    });
+    assert.equal(operator.status, 1, operator.stderr);
+    assert.match(operator.stderr, /failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/);
+    assert.doesNotMatch(operator.stdout + operator.stderr, /^\s+at /m, 'no stack trace');
+  });
 });

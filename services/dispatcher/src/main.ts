@@ -37,11 +37,17 @@ function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {
 async function start(): Promise<() => Promise<void>> {
   const config = loadConfig();
   const tuning = readTuning(process.env);
+  let healthPort: number | undefined;
   const missing = [
     !config.databaseUrl && 'DATABASE_URL: required by the standalone dispatcher (a postgres:// URL)',
     !config.natsUrl && 'NATS_URL: required by the standalone dispatcher (a nats:// URL)',
     !config.encryptionKey && 'ENCRYPTION_KEY: required by the standalone dispatcher (the key the gateway seals webhook secrets with)',
   ].filter((p): p is string => typeof p === 'string');
+  try {
+    healthPort = healthPortFrom(process.env); // checked with the rest, before anything starts
+  } catch (err) {
+    missing.push((err as Error).message);
+  }
   if (missing.length) throw new ConfigError(missing);
 
   const telemetry = await startTelemetry({ serviceName: 'switchboard-dispatcher' });
@@ -53,7 +59,6 @@ async function start(): Promise<() => Promise<void>> {
   // The chart sets the pod's uid; without it each process is a replica of its own.
   const leaseOwner = process.env.DISPATCHER_REPLICA_NAME?.trim() || undefined;
   const dispatcher = await startDispatcher({ db, bus, crypto: new Crypto(config.encryptionKey!), config, log, metrics, leaseOwner, ...tuning });
-  const healthPort = healthPortFrom(process.env);
   const health = healthPort === undefined ? undefined : startHealthServer(healthPort, async () => {
     await db.raw('select 1');
     await bus.pending('events', 'dispatcher');
