@@ -1,7 +1,7 @@
 // Configuration: defaults, every variable validated, and one clear line per bad variable.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
@@ -129,6 +129,35 @@ describe('configuration', () => {
       } finally {
         rmSync(dataDir, { recursive: true, force: true });
       }
+    }
+  });
+
+  it('shows a generated admin key on the first start that succeeds, then never again', async function () {
+    this.timeout(90_000);
+    const server = await builtService('server');
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-admin-key-'));
+    const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn' };
+    /** Starts the server until it says it listens (then stops it); its stdout. */
+    const startOnce = () =>
+      new Promise<string>((resolve, reject) => {
+        const child = spawn(process.execPath, [server], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+        let out = '';
+        child.stdout.on('data', (d) => {
+          out += d.toString('utf8');
+          if (/API description at/.test(out)) child.kill('SIGTERM');
+        });
+        child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${out}`))));
+      });
+    try {
+      const failed = spawnSync(process.execPath, [server], { env: { ...env, HOST: 'no-such-host.invalid' }, encoding: 'utf8', timeout: 25_000 });
+      assert.equal(failed.status, 1, failed.stderr);
+      const key = readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
+      assert.doesNotMatch(failed.stdout + failed.stderr, new RegExp(key), 'a start that failed printed nothing of it');
+      assert.ok((await startOnce()).includes(`: ${key}`), 'the next start shows it');
+      const third = await startOnce();
+      assert.ok(!third.includes(key) && third.includes('administrative key is in'), third);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 

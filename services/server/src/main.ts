@@ -11,6 +11,7 @@ async function start(): Promise<() => Promise<void>> {
   console.log(`Switchboard: API description at ${config.publicBaseUrl}/openapi.json, dashboard at ${config.publicBaseUrl}/ui`);
   if (server.adminKeyGenerated) {
     console.log(`Switchboard: administrative key (shown once, saved in ${config.dataDir}/admin-key): ${server.adminKey}`);
+    server.platform.adminKeyShown();
   } else if (!config.adminApiKey) {
     console.log(`Switchboard: administrative key is in ${config.dataDir}/admin-key`);
   }
