@@ -170,6 +170,27 @@ describe('chart, CRDs and examples', function () {
     assert.equal(find(template(['secrets.existingSecret=mine']), 'Secret', 'sb-switchboard-env'), undefined, 'an existing Secret is used as is');
   });
 
+  it('gives the API settings to every component and the session pods, only those set', () => {
+    const configMap = (sets: string[]) => find(template([...REQUIRED, ...sets]), 'ConfigMap', 'sb-switchboard-config')!.data as Record<string, string>;
+    const defaults = configMap([]);
+    assert.deepEqual(Object.keys(defaults).filter((k) => /TRUST|RATE|ORIGINS|RETRY|EXPIRY|PAIRING|TTL/.test(k)), [], 'left empty: the defaults of the code');
+    const set = configMap(['settings.trustProxy=true', 'settings.rateLimitPerMinute=1200', 'settings.allowedOrigins=https://a.example.com\\,https://b.example.com', 'settings.mediaLinkTtlSeconds=600']);
+    assert.deepEqual(
+      [set.TRUST_PROXY, set.RATE_LIMIT_PER_MINUTE, set.ALLOWED_ORIGINS, set.MEDIA_LINK_TTL_SECONDS],
+      ['true', '1200', 'https://a.example.com,https://b.example.com', '600'],
+    );
+    // The same ConfigMap reaches the gateway, the dispatcher and, through the operator, the sessions.
+    const objs = template(REQUIRED);
+    for (const name of ['sb-switchboard-gateway', 'sb-switchboard-dispatcher']) {
+      const env = find(objs, 'Deployment', name)!.spec.template.spec.containers[0].envFrom as Obj[];
+      assert.ok(env.some((e) => e.configMapRef?.name === 'sb-switchboard-config'), name);
+    }
+    const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+    assert.equal(operatorEnv.find((e) => e.name === 'SESSION_ENV_CONFIGMAP')?.value, 'sb-switchboard-config');
+    assert.throws(() => template([...REQUIRED, 'settings.webhookRetrySchedule=1\\,2']), /webhookRetrySchedule/);
+    assert.throws(() => template([...REQUIRED, 'settings.rateLimit=5']), /rateLimit/);
+  });
+
   it('refuses values that would not work (schema and required values)', () => {
     assert.throws(() => template([...REQUIRED, 'postgresql.enabled=false']), /externalDatabase.url is required/);
     assert.throws(() => template([...REQUIRED, 'networkDriver=carrier-pigeon']), /networkDriver/);
