@@ -111,7 +111,9 @@ export class Controller {
     return this.projectReconciler.reconcile(this.o.namespace, name);
   }
 
-  /** Queues instances whose recorded state differs from their status; creates resources for records without one. */
+  /** Queues instances whose recorded state differs from their status, or whose recorded `paused`
+   *  from their resource's (two API calls that raced can leave the record on the older one, and
+   *  no watch event would come); creates resources for records without one. */
   private async pollDatabase(): Promise<void> {
     try {
       if (!this.instances.hasSynced) return;
@@ -123,7 +125,8 @@ export class Controller {
         }
         const status = instance.status ?? {};
         const state = instance.spec.paused ? 'stopped' : row.state;
-        if (status.state !== state || (status.phone ?? null) !== (row.phone ?? null)) this.queue.add(`instance/${row.id}`);
+        const diverged = row.paused !== Boolean(instance.spec.paused);
+        if (diverged || status.state !== state || (status.phone ?? null) !== (row.phone ?? null)) this.queue.add(`instance/${row.id}`);
       }
     } catch (err) {
       this.o.logger.warn({ err: describe(err) }, 'database poll failed');

@@ -38,8 +38,8 @@ export class InstanceStore {
     return row ? toRow(row) : undefined;
   }
 
-  async listStates(): Promise<Pick<InstanceRow, 'id' | 'state' | 'phone'>[]> {
-    return this.db('instances').select('id', 'state', 'phone');
+  async listStates(): Promise<Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused'>[]> {
+    return (await this.db('instances').select('id', 'state', 'phone', 'paused')).map((r) => ({ ...r, paused: Boolean(r.paused) }));
   }
 
   /** Inserts the row of an Instance created with kubectl; a row that already exists is kept as it is. */

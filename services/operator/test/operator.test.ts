@@ -459,3 +459,37 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.equal(fake.pendingFailures, 0, 'every injected conflict was met');
   });
 });
+
+describe('operator: a record that drifted from its resource without a watch event', function () {
+  this.timeout(20_000);
+  let fake: FakeApiServer;
+  let t: TestDb;
+  let controller: Controller;
+
+  before(async () => {
+    fake = await startFake();
+    t = await openTestDb();
+    // Resyncs far apart: only the database poll can notice the drift within the test.
+    controller = new Controller({
+      kubeConfig: kubeConfigFor(fake.url), namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger,
+      resyncMs: 600_000, statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50,
+    });
+    await controller.start();
+  });
+  after(async () => {
+    await controller.stop();
+    await fake.stop();
+    await t.close();
+  });
+
+  it('brings a recorded `paused` back to the resource\'s (two racing API calls left the older one)', async () => {
+    const kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
+    await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name: 'inst-drift' }, spec: { displayName: 'Drift', paused: true } } });
+    const row = () => t.db('instances').where({ id: 'inst-drift' }).first();
+    await eventually(async () => assert.equal((await row())?.paused, true));
+    await controller.idle();
+    await t.db('instances').where({ id: 'inst-drift' }).update({ paused: false }); // a connect's write landing after a disconnect's
+    await eventually(async () => assert.equal((await row()).paused, true), 3000);
+    assert.equal(fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-drift')), undefined, 'paused: still no session pod');
+  });
+});
