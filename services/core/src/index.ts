@@ -1,4 +1,5 @@
 export * from './config.ts';
+export { withChosenPort } from './chosen-port.ts';
 export * from './problem.ts';
 export { withDeadline } from './deadline.ts';
 export { sessionLockKey, noSessionHolds } from './session-lock.ts';

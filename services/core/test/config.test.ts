@@ -132,7 +132,7 @@ describe('configuration', () => {
     }
   });
 
-  it('shows a generated admin key on the first start that succeeds, then never again', async function () {
+  it('shows a generated admin key on the first start that succeeds, then never again; PORT=0 names the port it got', async function () {
     this.timeout(90_000);
     const server = await builtService('server');
     const dataDir = mkdtempSync(join(tmpdir(), 'sb-admin-key-'));
@@ -149,11 +149,15 @@ describe('configuration', () => {
         child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${out}`))));
       });
     try {
-      const failed = spawnSync(process.execPath, [server], { env: { ...env, HOST: 'no-such-host.invalid' }, encoding: 'utf8', timeout: 25_000 });
+      const failed = spawnSync(process.execPath, [server], { env: { ...env, NATS_URL: 'nats://127.0.0.1:1' }, encoding: 'utf8', timeout: 25_000 });
       assert.equal(failed.status, 1, failed.stderr);
       const key = readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
       assert.doesNotMatch(failed.stdout + failed.stderr, new RegExp(key), 'a start that failed printed nothing of it');
-      assert.ok((await startOnce()).includes(`: ${key}`), 'the next start shows it');
+      const second = await startOnce();
+      assert.ok(second.includes(`: ${key}`), 'the next start shows it');
+      // PORT=0: the port the server got is the one its public URL names.
+      const [, named, bound] = /listening on http:\/\/localhost:(\d+) \(bound to 127\.0\.0\.1:(\d+)\)/.exec(second) ?? [];
+      assert.ok(Number(named) > 0 && named === bound, second);
       const third = await startOnce();
       assert.ok(!third.includes(key) && third.includes('administrative key is in'), third);
     } finally {

@@ -1,6 +1,6 @@
 // The gateway process of cluster mode (PostgreSQL + NATS; sessions run as their own pods and are
 // reached over NATS; Instance resources are kept in step when running inside Kubernetes).
-import { ConfigError, OutboxRelay, loadConfig, openPlatform, runService, startMediaRetention, startTelemetry } from '@switchboard/core';
+import { ConfigError, OutboxRelay, loadConfig, openPlatform, runService, startMediaRetention, startTelemetry, withChosenPort } from '@switchboard/core';
 import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
@@ -15,7 +15,7 @@ async function kubernetesResources(): Promise<InstanceResources | undefined> {
 }
 
 async function start(): Promise<() => Promise<void>> {
-  const config = loadConfig();
+  const config = await withChosenPort(loadConfig());
   const problems = [!config.databaseUrl && 'DATABASE_URL: required for the gateway process', !config.natsUrl && 'NATS_URL: required for the gateway process'].filter(Boolean);
   if (problems.length) throw new ConfigError(problems as string[]);
   const telemetry = await startTelemetry({ serviceName: 'switchboard-gateway' });

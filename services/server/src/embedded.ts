@@ -1,7 +1,7 @@
 // The embedded deployment: gateway, local session runtime, dispatcher and background jobs in one
 // process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
 // in-process bus in DATA_DIR.
-import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, type Config, type Logger, type Platform } from '@switchboard/core';
+import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, withChosenPort, type Config, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
@@ -17,7 +17,8 @@ export interface EmbeddedServer {
   stop(): Promise<void>;
 }
 
-export async function startEmbeddedServer(config: Config = loadConfig(), opts: { log?: Logger } = {}): Promise<EmbeddedServer> {
+export async function startEmbeddedServer(configured: Config = loadConfig(), opts: { log?: Logger } = {}): Promise<EmbeddedServer> {
+  const config = await withChosenPort(configured);
   const platform = await openPlatform(config, { service: 'switchboard', generateMissingKeys: true, migrate: true, log: opts.log });
   const { db, bus, media, crypto, log } = platform;
   const relay = new OutboxRelay(db, bus, log);
