@@ -1,14 +1,14 @@
 // PORT=0 asks for any free port. The public URL defaults to http://localhost:$PORT, and credentials
-// and media links are built from it before the server listens, so such a port is chosen first:
-// the one the system hands out for a moment, which the server then binds.
+// and media links are built from it before the server listens, so with that default the port is
+// chosen first: the one the system hands out for a moment, which the server then binds.
 import { createServer } from 'node:net';
 import type { Config } from './config.ts';
 
+// With a public URL of its own, the server lets listen() pick, with no moment in between.
 export async function withChosenPort(config: Config): Promise<Config> {
-  if (config.port !== 0) return config;
+  if (config.port !== 0 || config.publicBaseUrl !== 'http://localhost:0') return config;
   const port = await freePort(config.host);
-  const defaulted = config.publicBaseUrl === 'http://localhost:0';
-  return { ...config, port, publicBaseUrl: defaulted ? `http://localhost:${port}` : config.publicBaseUrl };
+  return { ...config, port, publicBaseUrl: `http://localhost:${port}` };
 }
 
 function freePort(host: string): Promise<number> {

@@ -70,7 +70,13 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
       crypto,
       adminKey: keys.adminKey,
       adminKeyGenerated: keys.adminKeyGenerated,
-      adminKeyShown: () => rmSync(keys.unshownMarker, { force: true }),
+      adminKeyShown: () => {
+        try {
+          rmSync(keys.unshownMarker, { force: true });
+        } catch (err) {
+          log.warn({ err: String(err) }, 'the administrative key will be shown again at the next start: its marker could not be removed');
+        }
+      },
       db,
       bus,
       media,
@@ -99,10 +105,17 @@ async function resolveKeys(config: Config, generate: boolean) {
   return { adminKey, encryptionKey, adminKeyGenerated, unshownMarker };
 }
 
+/** Two first starts at once (before either holds the DATA_DIR lock) agree on one key: the file
+ *  is created exclusively, and the one that finds it made reads it. */
 function readOrCreate(path: string, make: () => string): string {
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
   const value = make();
-  writeFileSync(path, value + '\n', { mode: 0o600 });
+  try {
+    writeFileSync(path, value + '\n', { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return readFileSync(path, 'utf8').trim();
+    throw err;
+  }
   chmodSync(path, 0o600);
   return value;
 }

@@ -146,7 +146,7 @@ describe('configuration', () => {
           out += d.toString('utf8');
           if (/API description at/.test(out)) child.kill('SIGTERM');
         });
-        child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${out}`))));
+        child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${out}`))));
       });
     try {
       const failed = spawnSync(process.execPath, [server], { env: { ...env, NATS_URL: 'nats://127.0.0.1:1' }, encoding: 'utf8', timeout: 25_000 });

@@ -38,24 +38,24 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
 }
 
 /** The server's stop: no new connections; idle ones (also those that never sent a request,
- *  which Node's closeIdleConnections keeps) closed now, and each busy one once its request is
- *  answered (not kept alive for another); whatever runs past `graceMs` is cut off. */
+ *  which Node's closeIdleConnections keeps) closed now, and each busy one as soon as it has
+ *  answered everything it was asked (pipelined requests too), instead of being kept alive for
+ *  more; whatever runs past `graceMs` is cut off. */
 function gracefulStop(server: Server): (graceMs?: number) => Promise<void> {
   const sockets = new Set<Duplex>();
   const underWay = new Set<ServerResponse>();
   let stopping = false;
-  const closeWhenAnswered = (res: ServerResponse) => {
-    if (!res.headersSent) res.shouldKeepAlive = false; // answered with Connection: close
-    else res.once('finish', () => setImmediate(() => res.socket?.destroySoon())); // already streaming
-  };
   server.on('connection', (socket: Duplex) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
   });
   server.on('request', (_req, res: ServerResponse) => {
     underWay.add(res);
-    res.once('close', () => underWay.delete(res));
-    if (stopping) closeWhenAnswered(res);
+    res.once('close', () => {
+      underWay.delete(res);
+      // Once Node has taken the answer off its connection: idle now unless more are queued on it.
+      if (stopping) setImmediate(() => server.closeIdleConnections());
+    });
   });
   return (graceMs = STOP_GRACE_MS) =>
     new Promise<void>((resolve) => {
@@ -67,7 +67,6 @@ function gracefulStop(server: Server): (graceMs?: number) => Promise<void> {
       });
       const busy = new Set<unknown>([...underWay].map((res) => res.socket));
       for (const socket of sockets) if (!busy.has(socket)) socket.destroy();
-      for (const res of underWay) closeWhenAnswered(res);
     });
 }
 

@@ -3,7 +3,7 @@
 // custom resources, against our CRDs' openAPIV3Schema.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -189,6 +189,16 @@ describe('chart, CRDs and examples', function () {
     assert.equal(operatorEnv.find((e) => e.name === 'SESSION_ENV_CONFIGMAP')?.value, 'sb-switchboard-config');
     assert.throws(() => template([...REQUIRED, 'settings.webhookRetrySchedule=1\\,2']), /webhookRetrySchedule/);
     assert.throws(() => template([...REQUIRED, 'settings.rateLimit=5']), /rateLimit/);
+    assert.throws(() => template([...REQUIRED, 'settings.rateLimitPerMinute=0']), /rateLimitPerMinute/, 'the gateway would refuse 0 at start');
+    // Numbers from a values file reach the template as floats: still written as plain integers.
+    const dir = mkdtempSync(join(tmpdir(), 'sb-values-'));
+    try {
+      writeFileSync(join(dir, 'values.yaml'), 'settings:\n  sendExpiryMs: 86400000\n  pairingCodeIntervalMs: 3600000\n  trustProxy: true\n');
+      const fromFile = find(template(REQUIRED, ['-f', join(dir, 'values.yaml')]), 'ConfigMap', 'sb-switchboard-config')!.data;
+      assert.deepEqual([fromFile.SEND_EXPIRY_MS, fromFile.PAIRING_CODE_INTERVAL_MS, fromFile.TRUST_PROXY], ['86400000', '3600000', 'true']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses values that would not work (schema and required values)', () => {
