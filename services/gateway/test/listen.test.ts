@@ -5,6 +5,32 @@ import { PassThrough } from 'node:stream';
 import Koa from 'koa';
 import { listen } from '../src/listen.ts';
 
+/** Writes `chunks` to `port` with `gapMs` between them, then calls `written`; resolves with
+ *  everything read until the server closes the connection. */
+function exchangeWith(port: number, chunks: string[], gapMs = 0, written: () => void = () => undefined): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', async () => {
+      for (const chunk of chunks) {
+        if (socket.destroyed) break;
+        socket.write(chunk);
+        await new Promise((r) => setTimeout(r, gapMs));
+      }
+      written();
+    });
+    let answer = '';
+    socket.on('data', (d) => (answer += d.toString('utf8')));
+    socket.on('close', () => resolve(answer));
+    socket.on('error', reject);
+  });
+}
+
+/** A promise and the function that resolves it. */
+function signal(): { happened: Promise<void>; fire: () => void } {
+  let fire: () => void = () => undefined;
+  const happened = new Promise<void>((r) => (fire = r));
+  return { happened, fire };
+}
+
 describe('listen', () => {
   let server: Awaited<ReturnType<typeof listen>>;
   /** /slow answers once the test lets it. */
@@ -20,23 +46,7 @@ describe('listen', () => {
   });
   after(() => server.close());
 
-  /** Writes `chunks` with `gapMs` between them, then calls `written`; resolves with everything read
-   *  until the server closes. */
-  const exchange = (chunks: string[], gapMs = 0, written: () => void = () => undefined) =>
-    new Promise<string>((resolve, reject) => {
-      const socket = connect(server.port, '127.0.0.1', async () => {
-        for (const chunk of chunks) {
-          if (socket.destroyed) break;
-          socket.write(chunk);
-          await new Promise((r) => setTimeout(r, gapMs));
-        }
-        written();
-      });
-      let answer = '';
-      socket.on('data', (d) => (answer += d.toString('utf8')));
-      socket.on('close', () => resolve(answer));
-      socket.on('error', reject);
-    });
+  const exchange = (chunks: string[], gapMs = 0, written: () => void = () => undefined) => exchangeWith(server.port, chunks, gapMs, written);
   const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
 
   it('answers a slow pipelined request, then refuses the bytes after it once, however many chunks they come in', async () => {
@@ -66,24 +76,17 @@ describe('listen', () => {
 
   it('stops by letting the requests under way finish, closing idle connections, refusing new ones', async () => {
     const app = new Koa();
-    let arrived: () => void = () => undefined;
-    const underWay = new Promise<void>((r) => (arrived = r));
+    const arrived = signal();
     app.use(async (ctx) => {
-      arrived();
+      arrived.fire();
       await new Promise((r) => setTimeout(r, 300)); // a request still running when the stop comes
       ctx.body = { done: true };
     });
     const stopping = await listen(app, 0, '127.0.0.1');
     const idle = connect(stopping.port, '127.0.0.1');
     const idleClosed = new Promise((r) => idle.on('close', r));
-    const busy = new Promise<string>((resolve, reject) => {
-      const socket = connect(stopping.port, '127.0.0.1', () => socket.write('GET /work HTTP/1.1\r\nHost: x\r\n\r\n'));
-      let answer = '';
-      socket.on('data', (d) => (answer += d.toString('utf8')));
-      socket.on('close', () => resolve(answer));
-      socket.on('error', reject);
-    });
-    await underWay;
+    const busy = exchangeWith(stopping.port, ['GET /work HTTP/1.1\r\nHost: x\r\n\r\n']);
+    await arrived.happened;
     const started = performance.now();
     await Promise.all([stopping.close(), idleClosed]);
     const answer = await busy;
@@ -95,27 +98,20 @@ describe('listen', () => {
 
   it('answers every pipelined request, and streams a body begun before the stop to its end, then closes', async () => {
     const app = new Koa();
-    let streaming: () => void = () => undefined;
-    const streamBegun = new Promise<void>((r) => (streaming = r));
+    const streaming = signal();
     app.use(async (ctx) => {
       await new Promise((r) => setTimeout(r, 100));
       if (ctx.path === '/stream') {
         const body = new PassThrough();
         ctx.body = body;
         body.write('begun,');
-        setTimeout(streaming, 100); // its headers and first bytes are out when the stop comes
+        setTimeout(streaming.fire, 100); // its headers and first bytes are out when the stop comes
         setTimeout(() => body.end('ended'), 400);
       } else ctx.body = { path: ctx.path };
     });
     const stopping = await listen(app, 0, '127.0.0.1');
-    const pipelined = new Promise<string>((resolve, reject) => {
-      const socket = connect(stopping.port, '127.0.0.1', () => socket.write('POST /first HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\nGET /stream HTTP/1.1\r\nHost: x\r\n\r\n'));
-      let answer = '';
-      socket.on('data', (d) => (answer += d.toString('utf8')));
-      socket.on('close', () => resolve(answer));
-      socket.on('error', reject);
-    });
-    await streamBegun;
+    const pipelined = exchangeWith(stopping.port, ['POST /first HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\nGET /stream HTTP/1.1\r\nHost: x\r\n\r\n']);
+    await streaming.happened;
     const started = performance.now();
     await stopping.close();
     const answer = await pipelined;
@@ -127,21 +123,14 @@ describe('listen', () => {
 
   it('cuts off what is still running when the grace period ends', async () => {
     const app = new Koa();
-    let arrived: () => void = () => undefined;
-    const underWay = new Promise<void>((r) => (arrived = r));
+    const arrived = signal();
     app.use(async () => {
-      arrived();
+      arrived.fire();
       await new Promise(() => undefined); // never answers
     });
     const stopping = await listen(app, 0, '127.0.0.1');
-    const cut = new Promise<string>((resolve) => {
-      const socket = connect(stopping.port, '127.0.0.1', () => socket.write('GET /hang HTTP/1.1\r\nHost: x\r\n\r\n'));
-      let answer = '';
-      socket.on('data', (d) => (answer += d.toString('utf8')));
-      socket.on('close', () => resolve(answer));
-      socket.on('error', () => undefined);
-    });
-    await underWay;
+    const cut = exchangeWith(stopping.port, ['GET /hang HTTP/1.1\r\nHost: x\r\n\r\n']).catch(() => ''); // closed or reset
+    await arrived.happened;
     const started = performance.now();
     await stopping.close(200);
     assert.ok(performance.now() - started >= 190, 'it had its grace period');
