@@ -5,8 +5,8 @@
 // briefly undone: `starting` recorded, a session pod started and stopped again). So the gateway
 // stamps the record with the version its change made before it writes the values, and the
 // operator neither writes nor acts on a read older than the record's stamp: it reads again.
-// (Two API calls on one instance that race each other are ordered by the resource; the next
-// reconcile that follows brings the record in line with its last version.)
+// (Two API calls on one instance that race each other are ordered by the resource; the
+// reconcile after them brings the record in line with its last version.)
 import type { Knex } from 'knex';
 
 /** A version of an Instance resource's spec: its uid (a re-created resource starts its
