@@ -15,29 +15,36 @@ export async function startStep<T>(variable: string, what: string, step: () => P
   }
 }
 
-/** `start` returns the function that stops what it started. */
+/** `start` returns the function that stops what it started. A SIGTERM/SIGINT that comes while it
+ *  is still starting (a pod stopped during start-up) stops it as soon as it has started, rather
+ *  than killing it half-way; either way `stopTimeoutMs` bounds the wait. */
 export function runService(name: string, start: () => Promise<() => Promise<void>>, opts: { stopTimeoutMs?: number } = {}): void {
+  let stop: (() => Promise<void>) | undefined;
+  let signalled: string | undefined;
+  const stopNow = (signal: string, stopService: () => Promise<void>) =>
+    stopService().then(
+      () => process.exit(0),
+      (err) => {
+        console.error(`${name}: stop after ${signal} failed: ${err instanceof Error ? err.message : String(err)}`);
+        process.exit(1);
+      },
+    );
+  const onSignal = (signal: string) => {
+    if (signalled) return;
+    signalled = signal;
+    const force = setTimeout(() => {
+      console.error(`${name}: stop after ${signal} took too long; exiting`);
+      process.exit(1);
+    }, opts.stopTimeoutMs ?? 20_000);
+    force.unref();
+    if (stop) stopNow(signal, stop);
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
   start().then(
-    (stop) => {
-      let stopping = false;
-      const onSignal = (signal: string) => {
-        if (stopping) return;
-        stopping = true;
-        const force = setTimeout(() => {
-          console.error(`${name}: stop after ${signal} took too long; exiting`);
-          process.exit(1);
-        }, opts.stopTimeoutMs ?? 20_000);
-        force.unref();
-        stop().then(
-          () => process.exit(0),
-          (err) => {
-            console.error(`${name}: stop after ${signal} failed: ${err instanceof Error ? err.message : String(err)}`);
-            process.exit(1);
-          },
-        );
-      };
-      process.on('SIGTERM', () => onSignal('SIGTERM'));
-      process.on('SIGINT', () => onSignal('SIGINT'));
+    (started) => {
+      stop = started;
+      if (signalled) stopNow(signalled, started);
     },
     (err) => {
       if (err instanceof ConfigError) {

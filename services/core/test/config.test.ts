@@ -165,6 +165,25 @@ describe('configuration', () => {
     }
   });
 
+  it('a SIGTERM during start-up stops the server cleanly once it has started, not half-way', async function () {
+    this.timeout(60_000);
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-early-stop-'));
+    try {
+      const child = spawn(process.execPath, [await builtService('server')], {
+        env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout.once('data', () => child.kill('SIGTERM')); // "starting…": the database is not even open
+      child.stdout.on('data', (d) => (out += d.toString('utf8')));
+      const [code, signal] = await new Promise<[number | null, string | null]>((resolve) => child.on('close', (c, s) => resolve([c, s])));
+      assert.deepEqual([code, signal], [0, null], out);
+      assert.match(out, /stopping…/);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('the dispatcher refuses a bad HEALTH_PORT before it starts anything; the operator names DATABASE_URL', async function () {
     this.timeout(60_000);
     const key = Buffer.alloc(32, 7).toString('base64');
