@@ -30,6 +30,7 @@ export function runService(name: string, start: () => Promise<() => Promise<void
       },
     );
   const onSignal = (signal: string) => {
+    if (signalled && !stop) process.exit(1); // asked twice while still starting (Ctrl-C again): at once
     if (signalled) return;
     signalled = signal;
     const force = setTimeout(() => {
