@@ -184,6 +184,28 @@ describe('configuration', () => {
     }
   });
 
+  it('a second SIGINT while still starting exits at once (Ctrl-C twice)', async function () {
+    this.timeout(60_000);
+    const dataDir = mkdtempSync(join(tmpdir(), 'sb-early-exit-'));
+    try {
+      const child = spawn(process.execPath, [await builtService('server')], {
+        env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d.toString('utf8')));
+      child.stdout.once('data', () => {
+        child.kill('SIGINT');
+        setTimeout(() => child.kill('SIGINT'), 100); // apart: two pending signals of one kind are one
+      });
+      const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+      assert.equal(code, 1, out);
+      assert.doesNotMatch(out, /listening on/, 'it did not wait to finish starting');
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('the dispatcher refuses a bad HEALTH_PORT before it starts anything; the operator names DATABASE_URL', async function () {
     this.timeout(60_000);
     const key = Buffer.alloc(32, 7).toString('base64');
