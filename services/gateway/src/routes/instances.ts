@@ -175,7 +175,8 @@ export const instanceRoutes = [
     summary: 'Request a phone pairing code (one per interval; never logged)',
     body: PairingBody,
     responses: { 200: z.object({ code: z.string(), expiresAt: z.string() }), 409: 'already connected', 429: 'too soon' },
-    handler: async ({ deps, params, body }) => {
+    handler: async ({ ctx, deps, params, body }) => {
+      ctx.set(SECRET_HEADERS); // every answer of this route, refusals too (spec: pairing codes)
       const row = await loadInstance(deps, params.id);
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
       await claimPairingSlot(deps, params.id);
