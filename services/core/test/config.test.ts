@@ -1,11 +1,37 @@
 // Configuration: defaults, every variable validated, and one clear line per bad variable.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { builtService } from '../../../test/support/built.ts';
+
+/** The built embedded server on `dataDir`, any port, the sandbox network. `onOutput` sees its
+ *  stdout so far after each chunk (and the child, to signal it); resolves once it has ended. */
+async function runServer(dataDir: string, onOutput: (out: string, child: ChildProcess) => void, env: Record<string, string> = {}) {
+  const child = spawn(process.execPath, [await builtService('server')], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => {
+    out += d.toString('utf8');
+    onOutput(out, child);
+  });
+  const [code, signal] = await new Promise<[number | null, string | null]>((resolve) => child.on('close', (c, sig) => resolve([c, sig])));
+  return { code, signal, out };
+}
+
+/** Runs `body` with a fresh data directory, removed afterwards. */
+async function withDataDir(prefix: string, body: (dataDir: string) => Promise<void>): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), prefix));
+  try {
+    await body(dataDir);
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
 
 describe('configuration', () => {
   it('has the documented defaults', () => {
@@ -136,20 +162,15 @@ describe('configuration', () => {
     this.timeout(90_000);
     const server = await builtService('server');
     const dataDir = mkdtempSync(join(tmpdir(), 'sb-admin-key-'));
-    const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn' };
     /** Starts the server until it says it listens (then stops it); its stdout. */
-    const startOnce = () =>
-      new Promise<string>((resolve, reject) => {
-        const child = spawn(process.execPath, [server], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-        let out = '';
-        child.stdout.on('data', (d) => {
-          out += d.toString('utf8');
-          if (/API description at/.test(out)) child.kill('SIGTERM');
-        });
-        child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${out}`))));
-      });
+    const startOnce = async () => {
+      const run = await runServer(dataDir, (out, child) => !child.killed && /API description at/.test(out) && child.kill('SIGTERM'));
+      assert.equal(run.code, 0, run.out);
+      return run.out;
+    };
     try {
-      const failed = spawnSync(process.execPath, [server], { env: { ...env, NATS_URL: 'nats://127.0.0.1:1' }, encoding: 'utf8', timeout: 25_000 });
+      const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', NETWORK_DRIVER: 'sandbox', NATS_URL: 'nats://127.0.0.1:1' };
+      const failed = spawnSync(process.execPath, [server], { env, encoding: 'utf8', timeout: 25_000 });
       assert.equal(failed.status, 1, failed.stderr);
       const key = readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
       assert.doesNotMatch(failed.stdout + failed.stderr, new RegExp(key), 'a start that failed printed nothing of it');
@@ -167,43 +188,25 @@ describe('configuration', () => {
 
   it('a SIGTERM during start-up stops the server cleanly once it has started, not half-way', async function () {
     this.timeout(60_000);
-    const dataDir = mkdtempSync(join(tmpdir(), 'sb-early-stop-'));
-    try {
-      const child = spawn(process.execPath, [await builtService('server')], {
-        env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let out = '';
-      child.stdout.once('data', () => child.kill('SIGTERM')); // "starting…": the database is not even open
-      child.stdout.on('data', (d) => (out += d.toString('utf8')));
-      const [code, signal] = await new Promise<[number | null, string | null]>((resolve) => child.on('close', (c, s) => resolve([c, s])));
+    await withDataDir('sb-early-stop-', async (dataDir) => {
+      // After its first line, "starting…": the database is not even open.
+      const { code, signal, out } = await runServer(dataDir, (_out, child) => child.killed || child.kill('SIGTERM'));
       assert.deepEqual([code, signal], [0, null], out);
       assert.match(out, /stopping…/);
-    } finally {
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+    });
   });
 
   it('a second SIGINT while still starting exits at once (Ctrl-C twice)', async function () {
     this.timeout(60_000);
-    const dataDir = mkdtempSync(join(tmpdir(), 'sb-early-exit-'));
-    try {
-      const child = spawn(process.execPath, [await builtService('server')], {
-        env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let out = '';
-      child.stdout.on('data', (d) => (out += d.toString('utf8')));
-      child.stdout.once('data', () => {
+    await withDataDir('sb-early-exit-', async (dataDir) => {
+      const { code, out } = await runServer(dataDir, (_out, child) => {
+        if (child.killed) return;
         child.kill('SIGINT');
         setTimeout(() => child.kill('SIGINT'), 100); // apart: two pending signals of one kind are one
       });
-      const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
       assert.equal(code, 1, out);
       assert.doesNotMatch(out, /listening on/, 'it did not wait to finish starting');
-    } finally {
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+    });
   });
 
   it('the dispatcher refuses a bad HEALTH_PORT before it starts anything; the operator names DATABASE_URL', async function () {
