@@ -13,6 +13,8 @@ import type { FakeApiServer } from './fake-apiserver.ts';
 import { NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
 
 const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
+/** Polls, retries and restarts at test speed. */
+const QUICK = { statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50 };
 
 describe('operator: Instance and Project reconciliation', function () {
   this.timeout(20_000);
@@ -54,7 +56,7 @@ describe('operator: Instance and Project reconciliation', function () {
     kubectl = kubeConfig.makeApiClient(CustomObjectsApi);
     controller = new Controller({
       kubeConfig, namespace: NAMESPACE, store, session: SESSION, logger: silentLogger,
-      resyncMs: 1000, statePollMs: 100, podPollMs: 100, stuckPodAfterMs: 300, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50,
+      ...QUICK, resyncMs: 1000, stuckPodAfterMs: 300,
     });
     await controller.start();
   });
@@ -472,7 +474,7 @@ describe('operator: a record that drifted from its resource without a watch even
     // Resyncs far apart: only the database poll can notice the drift within the test.
     controller = new Controller({
       kubeConfig: kubeConfigFor(fake.url), namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger,
-      resyncMs: 600_000, statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50,
+      ...QUICK, resyncMs: 600_000,
     });
     await controller.start();
   });
