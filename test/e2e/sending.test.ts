@@ -165,6 +165,8 @@ for (const mode of modes) {
         [{ phone: '5511988887777', type: 'poll', text: 'x' }, 400],
         [{ phone: '5511988887777', type: 'text' }, 400],
         [{ phone: '5511988887777', type: 'text', text: 'x'.repeat(16001) }, 400],
+        [{ phone: '5511988887777', type: 'text', text: 'x', base64: mediaFixtures.png.base64() }, 400],
+        [{ phone: '5511988887777', type: 'text', text: 'x', mimetype: 'image/png' }, 400],
         [{ phone: '5511988887777', type: 'image', mimetype: 'image/png' }, 400],
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64() }, 400],
         [{ phone: '5511988887777', type: 'image', base64: `data:image/png;base64,${mediaFixtures.png.base64()}`, mimetype: 'image/png' }, 400],

@@ -2,13 +2,16 @@
 // that validate requests, so it always describes what the server enforces.
 import { z } from 'zod';
 import { createDocument } from 'zod-openapi';
+import { isProbePath } from './http/probe-paths.ts';
 import { route, type Route } from './http/route.ts';
 import { IdempotencyKey, ProblemDocument } from './schemas.ts';
 
 /** The API's version, also reported by the admin stats. */
 export const API_VERSION = '0.2.0';
 
-const PROBLEM_STATUSES = [400, 401, 403, 404, 409, 413, 422, 429];
+/** Errors any API route may answer besides its own: input, credentials, state, size, rate limit,
+ *  and 503 while the database cannot be reached. */
+const PROBLEM_STATUSES = [400, 401, 403, 404, 409, 413, 422, 429, 503];
 
 export function buildOpenApiDocument(routes: Route[]): object {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -25,7 +28,7 @@ export function buildOpenApiDocument(routes: Route[]): object {
     if (r.query && r.query instanceof z.ZodObject) requestParams.query = r.query;
     if (r.path.endsWith('/messages') && r.method === 'post') requestParams.header = z.object({ 'Idempotency-Key': IdempotencyKey.optional() });
     if (Object.keys(requestParams).length) operation.requestParams = requestParams;
-    if (r.body) operation.requestBody = { required: true, content: { 'application/json': { schema: r.body } } };
+    if (r.body) operation.requestBody = { required: bodyRequired(r), content: { 'application/json': { schema: r.body } } };
     (paths[r.path] ??= {})[r.method] = operation;
   }
   return createDocument({
@@ -44,11 +47,17 @@ function responsesOf(r: Route): Record<string, unknown> {
       : { description: 'success', content: { 'application/json': { schema: spec } } };
     if (typeof spec === 'string' && Number(status) < 400) out[status] = { description: spec };
   }
-  for (const status of PROBLEM_STATUSES) {
-    if (r.auth === 'none' && (status === 401 || status === 403)) continue;
-    out[String(status)] ??= problemResponse('see the problem document');
-  }
+  // Routes without a credential (probes, this document) answer only what they declare, and the
+  // rate limit where it applies.
+  const generic = r.auth !== 'none' ? PROBLEM_STATUSES : isProbePath(r.path) ? [] : [429];
+  for (const status of generic) out[String(status)] ??= problemResponse('see the problem document');
   return out;
+}
+
+/** A body is required when the route refuses a request without one, or when no fields are not a
+ *  valid request (a missing body is read as `{}`). */
+function bodyRequired(r: Route): boolean {
+  return r.bodyRequired === true || !r.body!.safeParse({}).success;
 }
 
 /** OpenAPI security: none, a Bearer credential, or (a signed link) either one or none. */

@@ -59,6 +59,10 @@ export const SendBody = z
   .superRefine((b, ctx) => {
     if (b.type === 'text') {
       if (b.text === undefined || b.text.length === 0) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
+      // A file on a text send would be dropped unsent: the client meant a media type.
+      for (const field of ['base64', 'mimetype'] as const) {
+        if (b[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file is sent with a media type)' });
+      }
       return;
     }
     if (b.base64 === undefined || b.base64.length === 0) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });

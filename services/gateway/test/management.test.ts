@@ -65,6 +65,15 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       // A project id is a Kubernetes name of at most 40 characters, as the server enforces.
       const projectBody = doc.body.paths['/api/projects'].post.requestBody.content['application/json'].schema;
       assert.equal(projectBody.properties.projectId.anyOf[0].maxLength, 40);
+      // A body is required where no body is not a valid request; an edit of optional fields may omit it.
+      assert.equal(doc.body.paths['/api/instances/{id}/messages'].post.requestBody.required, true);
+      assert.equal(doc.body.paths['/api/instances/{id}/webhook'].put.requestBody.required, true);
+      assert.equal(doc.body.paths['/api/instances/{id}'].patch.requestBody.required, false);
+      assert.equal(doc.body.paths['/api/instances/{id}/settings'].put.requestBody.required, false);
+      // Every API route may answer 503 while the database is away; a probe only what it declares.
+      assert.ok(doc.body.paths['/api/instances/{id}/reset'].post.responses['503']);
+      assert.deepEqual(Object.keys(doc.body.paths['/health'].get.responses), ['200']);
+      assert.deepEqual(Object.keys(doc.body.paths['/ready'].get.responses), ['200', '503']);
     });
 
     it('echoes a client X-Request-Id only when it is one plain token', async () => {
