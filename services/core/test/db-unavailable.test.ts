@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import knexFactory from 'knex';
 import { isDatabaseUnavailable } from '../src/index.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
+import { startTcpRelay } from '../../../test/support/tcp-relay.ts';
 
 /** knex prints acquire errors on the console by itself; the test reads them from the promise. */
 const quiet = { warn() {}, error() {}, debug() {}, deprecate() {} };
@@ -38,6 +39,28 @@ describe('isDatabaseUnavailable', () => {
     } finally {
       await db.destroy();
       await admin.destroy();
+      await created.drop();
+    }
+  });
+
+  it('knows a connection that dropped mid-statement without a word (a server crash), as knex reports it', async () => {
+    const created = await createTestDatabase();
+    const relay = await startTcpRelay(new URL(created.url));
+    const db = knexFactory({ client: 'pg', connection: relay.url, pool: { min: 0, max: 1 }, log: quiet });
+    const admin = knexFactory({ client: 'pg', connection: created.url, pool: { min: 0, max: 1 } });
+    try {
+      const sleeping = failureOf(db.raw(`select pg_sleep(5), 'dropped' where 'Connection terminated' <> ?`, ['x']));
+      const running = async () => (await admin.raw(`select 1 from pg_stat_activity where query like '%''dropped''%' and pid <> pg_backend_pid()`)).rows.length > 0;
+      while (!(await running())) await new Promise((r) => setTimeout(r, 20));
+      relay.cut();
+      const dropped = (await sleeping) as Error;
+      // knex puts the statement before node-postgres's message, which carries no SQLSTATE.
+      assert.match(dropped.message, /select pg_sleep.* - Connection terminated/);
+      assert.ok(isDatabaseUnavailable(dropped), dropped.message);
+    } finally {
+      await db.destroy();
+      await admin.destroy();
+      await relay.close();
       await created.drop();
     }
   });

@@ -1,39 +1,12 @@
 // The owner lock on PostgreSQL: one holder per instance, released when its connection ends, and a
 // connection the server probes so a holder on a lost node does not keep the lock for hours.
 import assert from 'node:assert/strict';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import type { Knex } from 'knex';
 import { openDatabase } from '@switchboard/core';
 import { openTestDatabase } from '../../../test/support/services.ts';
 import { LOCK_PEER_PROBES, openLockConnection, ownerLockFor } from '../src/owner-lock.ts';
 import { until } from './harness.ts';
-
-/** A TCP relay to PostgreSQL that can go silent without closing anything: a network partition. */
-async function partitionableRelay(target: URL): Promise<{ url: string; partition(): void; close(): Promise<void> }> {
-  let silent = false;
-  const sockets: Socket[] = [];
-  const server: Server = createServer((client) => {
-    const upstream = connect(Number(target.port || 5432), target.hostname);
-    sockets.push(client, upstream);
-    client.on('data', (d) => void (silent || upstream.write(d)));
-    upstream.on('data', (d) => void (silent || client.write(d)));
-    for (const [a, b] of [[client, upstream], [upstream, client]]) {
-      a.on('error', () => undefined);
-      a.on('close', () => b.destroy());
-    }
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = new URL(target);
-  url.host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    url: url.toString(),
-    partition: () => void (silent = true),
-    close: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => resolve());
-    }),
-  };
-}
+import { startTcpRelay } from '../../../test/support/tcp-relay.ts';
 
 describe('session owner lock (PostgreSQL)', () => {
   let db: Knex;
@@ -73,7 +46,7 @@ describe('session owner lock (PostgreSQL)', () => {
   });
 
   it('takes the lock as lost when its connection stops answering (cut off from the database), so the session closes first', async () => {
-    const relay = await partitionableRelay(new URL(url));
+    const relay = await startTcpRelay(new URL(url));
     const viaRelay = openDatabase({ databaseUrl: relay.url, dataDir: '/nonexistent' });
     try {
       const lost: Error[] = [];

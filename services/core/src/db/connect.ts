@@ -79,9 +79,13 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   if (e.name === 'KnexTimeoutError') return true; // no pool connection became free in time
   const code = typeof e.code === 'string' ? e.code : '';
   if (CONNECTION_ERRNOS.has(code) || UNAVAILABLE_STATES.has(code) || (code.length === 5 && code.startsWith('08'))) return true;
-  // node-postgres reports a connection lost mid-query without a code.
-  return typeof e.message === 'string' && /^Connection terminated/.test(e.message);
+  // node-postgres reports a connection lost mid-query without a code, and knex puts the statement
+  // before its message ("select … - Connection terminated unexpectedly").
+  return typeof e.message === 'string' && LOST_CONNECTION.test(e.message);
 }
+
+/** node-postgres's own words, at the end of the message, for a connection that went away. */
+const LOST_CONNECTION = /(^|- )(Connection terminated( unexpectedly| due to connection timeout)?|Client has encountered a connection error and is not queryable|Client was closed and is not queryable)$/;
 
 /** Query options (knex `.options()`) that run a constant statement as a named prepared statement
  *  on PostgreSQL: parsed and planned once per connection instead of on every call. PGlite ignores
