@@ -1,5 +1,6 @@
 // Configuration from the environment (DESIGN §4). Every variable is validated at start; a bad
 // one produces one line naming it, and the process exits non-zero.
+import { natsServers } from './bus/nats-servers.ts';
 
 export interface Config {
   port: number;
@@ -56,7 +57,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl: read.optional('DATABASE_URL', (v) =>
       /^postgres(ql)?:\/\//.test(v) ? v : 'must be a postgres:// or postgresql:// URL',
     ),
-    natsUrl: read.optional('NATS_URL', (v) => (/^(nats|tls|wss?):\/\//.test(v) || /^[\w.-]+:\d+$/.test(v) ? v : 'must be a nats:// URL')),
+    natsUrl: read.optional('NATS_URL', (v) => (natsServers(v).length > 0 && natsServers(v).every((s) => /^(nats|tls|wss?):\/\/\S+$/.test(s) || /^[\w.-]+:\d+$/.test(s)) ? v : 'must be a nats:// URL, or several separated by commas')),
     natsNamespace: read.str('NATS_NAMESPACE', '', /^[A-Za-z0-9_-]*$/),
     networkDriver: read.oneOf('NETWORK_DRIVER', 'baileys', ['baileys', 'sandbox'] as const),
     encryptionKey: read.key('ENCRYPTION_KEY'),

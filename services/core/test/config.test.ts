@@ -107,7 +107,7 @@ describe('configuration', () => {
     }
   });
 
-  it('refuses an origin without an http(s) scheme and a retry delay no date can hold', () => {
+  it('refuses an origin without an http(s) scheme, a retry delay no date can hold, a NATS seed list with a bad entry', () => {
     for (const [name, value] of [
       ['ALLOWED_ORIGINS', 'https://app.example.com,localhost:3000'], // parses as scheme "localhost:", origin "null"
       ['ALLOWED_ORIGINS', 'file:///tmp/page.html'],
@@ -115,6 +115,10 @@ describe('configuration', () => {
     ]) {
       assert.throws(() => loadConfig({ [name]: value }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
     }
+    for (const seeds of ['nats://a:4222,http://b:4222', 'nats://a:4222, b c', ' , ']) {
+      assert.throws(() => loadConfig({ NATS_URL: seeds }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('NATS_URL: '), seeds);
+    }
+    assert.equal(loadConfig({ NATS_URL: 'nats://a:4222, nats://b:4222,c:4222' }).natsUrl, 'nats://a:4222, nats://b:4222,c:4222');
     assert.deepEqual(loadConfig({ ALLOWED_ORIGINS: 'http://localhost:3000' }).allowedOrigins, ['http://localhost:3000']);
     assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '0,1,2,3,4,5,6,2592000000' }).webhookRetrySchedule[7], 2_592_000_000);
   });

@@ -54,6 +54,13 @@ describe('NatsMediaStore specifics', function () {
     await store.close();
   });
 
+  it('opens with a NATS_URL that lists several servers, as the bus does', async () => {
+    const store = await openMediaStore({ natsUrl: `${NATS_URL}, nats://127.0.0.1:1`, namespace, dataDir: '/nonexistent', crypto: new Crypto(randomBytes(32)) });
+    await store.put('med_seeds', Buffer.from('y'));
+    assert.equal(Buffer.from(await store.get('med_seeds')).toString(), 'y');
+    await store.close();
+  });
+
   it('raises an existing bucket to the TTL it is opened with, never lowers it, and keeps its objects (MEDIA_RETENTION_MS raised)', async () => {
     const own = testNamespace();
     const crypto = new Crypto(randomBytes(32));

@@ -44,6 +44,7 @@ import { NatsNames } from './jetstream-names.ts';
 import { ConsumeLoop } from './jetstream-consumer.ts';
 import { JetStreamPublisher } from './jetstream-publisher.ts';
 import { tracedConsumer, tracedPublish } from '../telemetry/bus.ts';
+import { natsServers } from './nats-servers.ts';
 
 export interface JetStreamBusOptions {
   natsUrl: string;
@@ -95,7 +96,7 @@ export class JetStreamBus implements Bus {
   static async open(opts: JetStreamBusOptions): Promise<JetStreamBus> {
     new NatsNames(opts.namespace); // validates before connecting
     const nc = await connect({
-      servers: opts.natsUrl.split(',').map((url) => url.trim()),
+      servers: natsServers(opts.natsUrl),
       name: opts.name ?? 'switchboard',
       maxReconnectAttempts: -1,
       reconnectTimeWait: 500,

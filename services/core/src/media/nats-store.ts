@@ -7,6 +7,7 @@ import type { ReadableStream as NodeWebReadableStream } from 'node:stream/web';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Objm, type ObjectStore } from '@nats-io/obj';
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
+import { natsServers } from '../bus/nats-servers.ts';
 import type { Crypto } from '../crypto.ts';
 import { MediaCipher } from './encryption.ts';
 import { collectStream, inChunks, isSafeMediaId } from './stream-util.ts';
@@ -58,7 +59,7 @@ export class NatsMediaStore implements MediaStore {
   /** Connects (when given a URL) and creates or opens the namespace's bucket. */
   static async open(opts: NatsMediaStoreOptions): Promise<NatsMediaStore> {
     if (!opts.nc && !opts.natsUrl) throw new Error('NatsMediaStore needs a connection or a NATS URL');
-    const nc = opts.nc ?? (await connect({ servers: opts.natsUrl, name: 'switchboard-media' }));
+    const nc = opts.nc ?? (await connect({ servers: natsServers(opts.natsUrl!), name: 'switchboard-media' }));
     try {
       const bucket = await new Objm(nc).create(natsMediaBucketName(opts.namespace), {
         description: 'Switchboard media (encrypted)',
