@@ -392,6 +392,17 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
           assertProblem(await t.admin.get(base), 404);
         }
       });
+
+      it('a call to a session that should run but is down is a 503 to retry; to a disconnected one, a 409', async () => {
+        const inst = await createInstance();
+        const scan = () => t.admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511988887777' });
+        await t.server.runtime.worker(inst.id)!.stop(); // as while it restarts after an outage
+        const starting = await scan();
+        assertProblem(starting, 503, 'instance_starting');
+        assert.equal(starting.headers.get('retry-after'), '2');
+        assert.equal((await t.admin.post(`/api/instances/${inst.id}/disconnect`)).status, 200);
+        assertProblem(await scan(), 409, 'instance_not_running');
+      });
     });
 
     describe('webhook configuration and settings', () => {

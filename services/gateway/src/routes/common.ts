@@ -34,13 +34,17 @@ export async function withReferences<T>(write: Promise<T>, absent: string): Prom
   }
 }
 
-/** Calls the instance's session. "Not running" because the instance was deleted meanwhile is the
- *  404 of a deleted instance, not "connect it first". */
+/** Calls the instance's session. "Not running" means "connect it first" only for a disconnected
+ *  instance: for a deleted one it is a 404, and for one that should run (a session restarting
+ *  after a crash or an outage, a pod being scheduled) a 503 to retry, as nothing is for the
+ *  client to do. */
 export async function callSession(deps: GatewayDeps, id: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
   try {
     return await deps.runtime.call(id, op, body);
   } catch (err) {
-    if (err instanceof Problem && err.code === 'instance_not_running') await loadInstance(deps, id); // 404 when gone
-    throw err;
+    if (!(err instanceof Problem && err.code === 'instance_not_running')) throw err;
+    const row = await loadInstance(deps, id); // 404 when gone
+    if (row.paused) throw err;
+    throw new Problem(503, 'instance_starting', 'The instance session is starting; retry shortly.', undefined, { 'Retry-After': '2' });
   }
 }
