@@ -41,6 +41,12 @@ export class Crypto {
     return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
   }
 
+  /** Names the key without revealing it: what the database records to tell a process started
+   *  with another key (encryption-key-check.ts). */
+  keyFingerprint(): string {
+    return createHmac('sha256', this.subKey('key-check')).update('switchboard encryption key').digest('hex');
+  }
+
   /** HMAC for signed media links. */
   signLink(message: string): string {
     return createHmac('sha256', this.linkKey).update(message, 'utf8').digest('hex');

@@ -7,6 +7,7 @@ export * from './connection-state.ts';
 export * from './ids.ts';
 export * from './text.ts';
 export * from './crypto.ts';
+export * from './encryption-key-check.ts';
 export * from './logger.ts';
 export * from './outbox.ts';
 export { CallBatcher } from './call-batcher.ts';

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { builtService } from '../../../test/support/built.ts';
+import { createTestDatabase } from '../../../test/support/services.ts';
 
 /** The built embedded server on `dataDir`, any port, the sandbox network. `onOutput` sees its
  *  stdout so far after each chunk (and the child, to signal it); resolves once it has ended. */
@@ -159,6 +160,27 @@ describe('configuration', () => {
       } finally {
         rmSync(dataDir, { recursive: true, force: true });
       }
+    }
+  });
+
+  it('refuses to start on a database written with another ENCRYPTION_KEY, naming it', async function () {
+    this.timeout(60_000);
+    const database = await createTestDatabase();
+    try {
+      await withDataDir('sb-key-a-', async (dataDir) => {
+        const first = await runServer(dataDir, (out, child) => !child.killed && /listening on/.test(out) && child.kill('SIGTERM'), { DATABASE_URL: database.url });
+        assert.equal(first.code, 0, first.out);
+      });
+      await withDataDir('sb-key-b-', async (dataDir) => {
+        // A new data directory: a new key is generated, which did not write this database.
+        const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn', DATABASE_URL: database.url };
+        const run = spawnSync(process.execPath, [await builtService('server')], { env, encoding: 'utf8', timeout: 25_000 });
+        assert.equal(run.status, 1, run.stderr);
+        assert.match(run.stderr, /^Switchboard failed to start: ENCRYPTION_KEY: does not fit this database \(the database was written with another key/m);
+        assert.doesNotMatch(run.stdout + run.stderr, /^\s+at /m, 'no stack trace');
+      });
+    } finally {
+      await database.drop();
     }
   });
 

@@ -5,7 +5,7 @@
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
 // DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
-import { ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKey, ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
@@ -54,11 +54,13 @@ async function start(): Promise<() => Promise<void>> {
   const log = createLogger({ level: config.logLevel, name: 'dispatcher' });
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
+  const crypto = new Crypto(config.encryptionKey!);
+  await startStep('ENCRYPTION_KEY', 'does not fit this database', () => checkEncryptionKey(db, crypto));
   const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
   const metrics = createMetrics({ db, bus }); // served on HEALTH_PORT at /metrics
   // The chart sets the pod's uid; without it each process is a replica of its own.
   const leaseOwner = process.env.DISPATCHER_REPLICA_NAME?.trim() || undefined;
-  const dispatcher = await startDispatcher({ db, bus, crypto: new Crypto(config.encryptionKey!), config, log, metrics, leaseOwner, ...tuning });
+  const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner, ...tuning });
   const health = healthPort === undefined ? undefined : startHealthServer(healthPort, async () => {
     await db.raw('select 1');
     await bus.pending('events', 'dispatcher');

@@ -14,6 +14,7 @@ import * as m010 from './010_media_mimetype_width.ts';
 import * as m011 from './011_media_purge_queue.ts';
 import * as m012 from './012_sandbox_echo_owed.ts';
 import * as m013 from './013_instance_spec_stamp.ts';
+import * as m014 from './014_encryption_key_check.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -34,6 +35,7 @@ const migrations: Record<string, Migration> = {
   '011_media_purge_queue': m011,
   '012_sandbox_echo_owed': m012,
   '013_instance_spec_stamp': m013,
+  '014_encryption_key_check': m014,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
