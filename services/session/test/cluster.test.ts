@@ -223,6 +223,16 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     await assert.rejects(fetch(`http://127.0.0.1:${port}/health`), 'the port closes with the process');
   });
 
+  it('a session process refuses to start with another ENCRYPTION_KEY than its database was written with', async () => {
+    const instanceId = await env.createInstance();
+    const cfg = loadSessionConfig({
+      INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
+      ENCRYPTION_KEY: Buffer.alloc(32, 9).toString('base64'), DATA_DIR: '/nonexistent', LOG_LEVEL: 'error',
+    });
+    await assert.rejects(runSessionProcess(cfg), /^Error: ENCRYPTION_KEY: does not fit this database/);
+    assert.equal((await instanceRow(env.db, instanceId)).state, 'stopped', 'it started nothing');
+  });
+
   it('a session process follows the recorded run state even when no start or stop request reaches it', async () => {
     const instanceId = await env.createInstance({ paused: true });
     const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-follow-'));

@@ -87,7 +87,8 @@ export async function openEnv(opts: { nats?: boolean } = {}): Promise<Env> {
     },
     async createInstance(fields = {}) {
       const id = newResourceId('inst');
-      await db('instances').insert({ id, name: 'test instance', token_hash: randomBytes(32).toString('hex'), token_sealed: 'x', ...fields });
+      const token = randomBytes(24).toString('base64url');
+      await db('instances').insert({ id, name: 'test instance', token_hash: crypto.hashToken(token), token_sealed: crypto.seal(token), ...fields });
       return id;
     },
     async close() {
