@@ -32,6 +32,8 @@ class MixedLoad {
   readonly acceptedSends = new Map<string, string>(); // idempotency key → item id
   readonly inboundIds = new Set<string>();
   failures = 0;
+  /** Answers that blame the server (500, 501) rather than an outage (502–504) or the request. */
+  readonly serverFaults: string[] = [];
   private stopped = false;
   private loops: Promise<void>[] = [];
 
@@ -89,6 +91,7 @@ class MixedLoad {
         signal: AbortSignal.timeout(5000),
       });
       const text = await res.text();
+      if (res.status === 500 || res.status === 501) this.serverFaults.push(`${path} → ${res.status} ${text}`);
       return { status: res.status, body: text ? JSON.parse(text) : undefined };
     } catch {
       return undefined; // gateway down or the request timed out: the loop retries
@@ -167,6 +170,9 @@ describe(`chaos: cluster mode under kill -9 and server restarts (${LONG ? 'long'
     await cluster.ready(30_000);
     const admin = new ApiClient(cluster.url, cluster.adminKey);
     for (const inst of instances) await waitUntil(`${inst.id} connected again`, async () => (await admin.get(`/api/instances/${inst.id}`)).body?.state === 'connected', 30_000, 200);
+
+    // 0. An outage is a 503 to retry through, never a 500 (its stack logged as a fault of ours).
+    assert.deepEqual(load.serverFaults.slice(0, 5), [], `${load.serverFaults.length} answers were server faults`);
 
     // 1. Every accepted send exists and ends terminal (or is still queued).
     const ids = [...load.acceptedSends.values()];
