@@ -91,6 +91,30 @@ describe('observability (embedded)', function () {
     assert.ok(all.some((s) => s.attributes['db.system'] === 'postgresql' || s.attributes['db.system.name'] === 'postgresql'), 'pg spans');
   });
 
+  it("keeps a session's own work out of the trace of the request that started it", async () => {
+    const instance = await connectedInstance(admin, receiver, 'session-trace');
+    await new Promise((r) => setTimeout(r, 2300)); // a connected session re-reads its settings every 2 s
+    const requestSpan = (method: string, path: string) =>
+      exporter.getFinishedSpans().find((s) => s.kind === 1 /* SERVER */ && s.attributes['http.request.method'] === method && s.attributes['url.path'] === path);
+    // (A scan's trace does go on after its answer: the connection.update it caused is delivered in it.)
+    for (const path of [`/api/instances`, `/api/instances/${instance.instanceId}/connect`]) {
+      const request = requestSpan('POST', path);
+      assert.ok(request, `the span of POST ${path}`);
+      const ended = request.endTime[0] * 1e9 + request.endTime[1];
+      const later = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === request.spanContext().traceId && s.startTime[0] * 1e9 + s.startTime[1] > ended);
+      assert.deepEqual(later.map((s) => s.name), [], `spans that joined POST ${path}'s trace after it ended`);
+    }
+  });
+
+  it('names no phone number in the status of a failed network send', async () => {
+    const instance = await connectedInstance(admin, receiver, 'failed-send-trace');
+    const sent = await new ApiClient(server.url, instance.apiToken).post(`/api/instances/${instance.instanceId}/messages`, { phone: '5511977770004', type: 'text', text: 'nobody' });
+    assert.equal(sent.status, 202, sent.text);
+    const failed = await eventually(async () => exporter.getFinishedSpans().find((s) => s.name === 'network send' && s.status.code === SpanStatusCode.ERROR), 10_000, 'the failed network send span');
+    assert.match(failed.status.message ?? '', /\[number\] is not on the network/);
+    assert.doesNotMatch(JSON.stringify({ status: failed.status, events: failed.events }), /5511977770004/);
+  });
+
   it('moves the /metrics counters as sends and deliveries happen', async () => {
     const instance = await connectedInstance(admin, receiver, 'metrics-embedded');
     const scrape = async () => {
@@ -138,6 +162,13 @@ describe('observability (embedded)', function () {
         return exhausted && (sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }) ?? 0) >= 1 && text;
       }, 15_000, 'an exhausted delivery');
       assert.ok((sample(after, 'switchboard_webhook_attempts_total', { outcome: 'failed' }) ?? 0) - (sample(before, 'switchboard_webhook_attempts_total', { outcome: 'failed' }) ?? 0) >= 8);
+      // Seven routine failures at info, and the exhaustion an operator acts on at warn.
+      const eventId = test.body.id;
+      const attempts = await eventually(async () => {
+        const lines = logLines.map((l) => JSON.parse(l)).filter((l) => l.eventId === eventId && l.attempt);
+        return lines.length === 8 && lines;
+      }, 5000, 'the log lines of the 8 attempts');
+      assert.deepEqual(attempts.map((l) => [l.attempt, l.level, l.exhausted]), [1, 2, 3, 4, 5, 6, 7, 8].map((n) => [n, n < 8 ? 30 : 40, n === 8]));
     } finally {
       receiver.respondWith(() => ({ status: 200 }));
     }

@@ -55,7 +55,7 @@ export function loadConfig(env: Env = process.env): Config {
     adminApiKey: read.optional('ADMIN_API_KEY', (v) => (/^[\x21-\x7e]+$/.test(v) ? v : 'must be visible ASCII characters without spaces (it is sent as a Bearer token)')),
     dataDir: read.str('DATA_DIR', './data'),
     databaseUrl: read.optional('DATABASE_URL', (v) =>
-      /^postgres(ql)?:\/\//.test(v) ? v : 'must be a postgres:// or postgresql:// URL',
+      /^postgres(ql)?:\/\//.test(v) && URL.canParse(v) ? v : 'must be a postgres:// or postgresql:// URL',
     ),
     natsUrl: read.optional('NATS_URL', (v) => (natsServers(v).length > 0 && natsServers(v).every((s) => /^(nats|tls|wss?):\/\/\S+$/.test(s) || /^[\w.-]+:\d+$/.test(s)) ? v : 'must be a nats:// URL, or several separated by commas')),
     natsNamespace: read.str('NATS_NAMESPACE', '', /^[A-Za-z0-9_-]*$/),

@@ -116,6 +116,7 @@ describe('configuration', () => {
     ]) {
       assert.throws(() => loadConfig({ [name]: value }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
     }
+    assert.throws(() => loadConfig({ DATABASE_URL: 'postgres://postgres:pass word' }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('DATABASE_URL: ') && !err.problems[0].includes('pass word'));
     for (const seeds of ['nats://a:4222,http://b:4222', 'nats://a:4222, b c', ' , ']) {
       assert.throws(() => loadConfig({ NATS_URL: seeds }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('NATS_URL: '), seeds);
     }

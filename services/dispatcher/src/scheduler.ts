@@ -411,10 +411,12 @@ export class DeliveryScheduler implements DeliveryHandOff {
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });
     if (!recorded) await recordCutOffAttempt(this.deps.db, claim, outcome.statusCode, outcome.error);
     if (recorded && retryInMs !== undefined) this.wakeUpIn(retryInMs);
-    if (retryInMs === undefined && recorded) this.deps.metrics?.webhookExhausted.inc();
-    log.info(
-      { eventId: claim.eventId, instanceId: claim.instanceId, attempt: attemptsMade, error: outcome.error, exhausted: retryInMs === undefined, recorded },
-      'webhook attempt failed',
-    );
+    const exhausted = retryInMs === undefined;
+    if (exhausted && recorded) this.deps.metrics?.webhookExhausted.inc();
+    // A failed attempt is routine (the next one is scheduled); the last one is what an operator
+    // acts on (the retry endpoint), so it stands out in the log.
+    const fields = { eventId: claim.eventId, instanceId: claim.instanceId, attempt: attemptsMade, error: outcome.error, exhausted, recorded };
+    if (exhausted) log.warn(fields, 'webhook delivery exhausted: no attempts left (POST …/events/{eventId}/retry sends it again)');
+    else log.info(fields, 'webhook attempt failed');
   }
 }

@@ -1,7 +1,7 @@
 // LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
 // per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
 // at server start brings back every instance that is not paused (connected ones without a scan).
-import { DbAuthStore, problems, recordConnectionState, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
+import { DbAuthStore, outsideTrace, problems, recordConnectionState, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
 import { callSessionOp } from './session-ops.ts';
 import { InstanceLanes } from './instance-lanes.ts';
 import { SessionWorker, type SessionWorkerOptions } from './worker.ts';
@@ -43,7 +43,7 @@ export class LocalSessionRuntime implements SessionRuntime {
       // Deleted by an operation that ran first: no session for an instance that no longer exists.
       if (!found) throw problems.notFound('The instance');
       const running = this.workers.get(instanceId);
-      if (running) return running.reconnectIfLoggedOut();
+      if (running) return outsideTrace(() => running.reconnectIfLoggedOut());
       await this.startWorker(instanceId);
     });
   }
@@ -86,7 +86,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   reset(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
       const worker = this.workers.get(instanceId);
-      if (worker?.isOwner) return worker.reset();
+      if (worker?.isOwner) return outsideTrace(() => worker.reset());
       // Not running here: erase the pairing so the next start pairs again, with its event. Only
       // another server on the same PostgreSQL could still hold the instance.
       if (!(await resetUnheldSession(this.opts.db, instanceId))) throw sessionBusy();
@@ -137,7 +137,9 @@ export class LocalSessionRuntime implements SessionRuntime {
     if (this.closed || this.workers.has(instanceId)) return;
     const worker = new SessionWorker({ ...this.opts, instanceId, pausedMeanwhile: () => this.stopIfPausedLater(instanceId) });
     this.workers.set(instanceId, worker);
-    await worker.start();
+    // A session outlives the request that started it: its socket, lock keepalive and settings
+    // polls must not all join that request's trace (outsideTrace also for a reset's new socket).
+    await outsideTrace(() => worker.start());
   }
 
   private async recordStopped(instanceId: string): Promise<void> {

@@ -96,9 +96,11 @@ export async function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span
   }
 }
 
-/** Marks a span as failed with the error's class and message. */
+/** Marks a span as failed with the error's class and message. Runs of seven or more digits are
+ *  left out of the message: a network's errors name the phone number or JID they concern, and no
+ *  span carries a phone number. */
 export function markFailed(span: Span, err: unknown): void {
-  const message = err instanceof Error ? err.message : String(err);
+  const message = (err instanceof Error ? err.message : String(err)).replace(/\+?\d{7,}/g, '[number]');
   span.setStatus({ code: SpanStatusCode.ERROR, message });
   span.addEvent('exception', { 'exception.type': err instanceof Error ? err.name : 'Error', 'exception.message': message });
 }
