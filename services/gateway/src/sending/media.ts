@@ -1,6 +1,6 @@
 // Media of a send: decoded once, checked, converted to a voice note when asked, and stored
 // encrypted before the queue item exists (an orphan blob is removed by retention).
-import { Problem, storeMedia } from '@switchboard/core';
+import { isForeignKeyViolation, Problem, problems, storeMedia } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
@@ -33,6 +33,9 @@ export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: S
     seconds: seconds ?? null,
     voiceNote: Boolean(req.ptt),
     bytes,
+  }).catch((err: unknown) => {
+    // Deleted while the file was converted or stored: answered as if the send came after the delete.
+    throw isForeignKeyViolation(err) ? problems.notFound('The instance') : err;
   });
   return { id: record.id, mimetype, seconds };
 }
