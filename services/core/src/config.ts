@@ -57,7 +57,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl: read.optional('DATABASE_URL', (v) =>
       /^postgres(ql)?:\/\//.test(v) && URL.canParse(v) ? v : 'must be a postgres:// or postgresql:// URL',
     ),
-    natsUrl: read.optional('NATS_URL', (v) => (natsServers(v).length > 0 && natsServers(v).every((s) => /^(nats|tls|wss?):\/\/\S+$/.test(s) || /^[\w.-]+:\d+$/.test(s)) ? v : 'must be a nats:// URL, or several separated by commas')),
+    natsUrl: read.optional('NATS_URL', (v) => (isNatsServerList(v) ? v : 'must be a nats:// URL, or several separated by commas')),
     natsNamespace: read.str('NATS_NAMESPACE', '', /^[A-Za-z0-9_-]*$/),
     networkDriver: read.oneOf('NETWORK_DRIVER', 'baileys', ['baileys', 'sandbox'] as const),
     encryptionKey: read.key('ENCRYPTION_KEY'),
@@ -177,4 +177,10 @@ class EnvReader {
     }
     return origins;
   }
+}
+
+/** One NATS server or a seed list, each a NATS URL or host:port. */
+function isNatsServerList(value: string): boolean {
+  const servers = natsServers(value);
+  return servers.length > 0 && servers.every((s) => /^(nats|tls|wss?):\/\/\S+$/.test(s) || /^[\w.-]+:\d+$/.test(s));
 }
