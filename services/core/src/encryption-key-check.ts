@@ -4,6 +4,7 @@
 // forever, webhook deliveries exhausted. It refuses to start instead, naming the variable.
 import type { Crypto } from './crypto.ts';
 import type { Db } from './db/connect.ts';
+import { startStep } from './service-main.ts';
 
 const UNDEFINED_TABLE = '42P01';
 
@@ -12,6 +13,11 @@ export class EncryptionKeyMismatch extends Error {
     super('the database was written with another key; start with that key (embedded: the encryption-key file of the DATA_DIR that created it; cluster: the Secret the other processes use)');
     this.name = 'EncryptionKeyMismatch';
   }
+}
+
+/** The start step every process runs once its database is open (and migrated, where it migrates). */
+export function checkEncryptionKeyAtStart(db: Db, crypto: Crypto): Promise<void> {
+  return startStep('ENCRYPTION_KEY', 'does not fit this database', () => checkEncryptionKey(db, crypto));
 }
 
 /** Records the key's fingerprint on first use and checks it on every later start. A database

@@ -9,7 +9,7 @@ import { ConfigError } from './config.ts';
 import { ensureDirectory } from './directories.ts';
 import { lockDataDirectory } from './data-dir-lock.ts';
 import { Crypto, randomToken, TOKEN_PREFIXES } from './crypto.ts';
-import { checkEncryptionKey } from './encryption-key-check.ts';
+import { checkEncryptionKeyAtStart } from './encryption-key-check.ts';
 import { createLogger, MIN_SCRUBBED_SECRET_LENGTH, type Logger } from './logger.ts';
 import { migrate, openDatabase, type Db } from './db/connect.ts';
 import { openBus } from './bus/index.ts';
@@ -59,7 +59,7 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
     const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
     closers.unshift(() => db.destroy());
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
-    await startStep('ENCRYPTION_KEY', 'does not fit this database', () => checkEncryptionKey(db, crypto));
+    await checkEncryptionKeyAtStart(db, crypto);
     const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
     closers.unshift(() => bus.close());
     const media = await startStep(config.natsUrl ? 'NATS_URL' : 'DATA_DIR', 'cannot open the media store', () =>

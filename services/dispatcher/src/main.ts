@@ -5,7 +5,7 @@
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
 // DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
-import { checkEncryptionKey, ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
@@ -55,7 +55,7 @@ async function start(): Promise<() => Promise<void>> {
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const crypto = new Crypto(config.encryptionKey!);
-  await startStep('ENCRYPTION_KEY', 'does not fit this database', () => checkEncryptionKey(db, crypto));
+  await checkEncryptionKeyAtStart(db, crypto);
   const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
   const metrics = createMetrics({ db, bus }); // served on HEALTH_PORT at /metrics
   // The chart sets the pod's uid; without it each process is a replica of its own.

@@ -2,7 +2,7 @@
 // only the leader runs the controller. Losing the lease ends the process (the Deployment starts
 // a fresh one that campaigns again), so a stale leader never keeps reconciling.
 import { KubeConfig } from '@kubernetes/client-node';
-import { checkEncryptionKey, ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
 import { InstanceStore } from './instance-store.ts';
 import { Operator } from './operator.ts';
 import { loadOperatorConfig } from './operator-config.ts';
@@ -18,7 +18,7 @@ async function start(): Promise<() => Promise<void>> {
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolMax: 4 });
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const crypto = new Crypto(config.encryptionKey);
-  await startStep('ENCRYPTION_KEY', 'does not fit this database', () => checkEncryptionKey(db, crypto));
+  await checkEncryptionKeyAtStart(db, crypto);
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromDefault(); // in-cluster service account, or KUBECONFIG outside
   const replica = new Operator({

@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { checkEncryptionKey, Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
@@ -71,7 +71,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     await db.destroy();
     throw new ConfigError([`INSTANCE_ID: instance ${instanceId} does not exist in the database`]);
   }
-  await startStep('ENCRYPTION_KEY', 'does not fit this database', () => checkEncryptionKey(db, crypto)).catch(async (err) => {
+  await checkEncryptionKeyAtStart(db, crypto).catch(async (err) => {
     await db.destroy();
     throw err;
   });
