@@ -54,7 +54,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "switchboard.databaseUrl" -}}
 {{- if .Values.postgresql.enabled -}}
-{{- printf "postgres://switchboard:%s@%s-postgresql:5432/switchboard" .Values.postgresql.password (include "switchboard.fullname" .) -}}
+{{- printf "postgres://switchboard:%s@%s-postgresql:5432/switchboard" (.Values.postgresql.password | urlquery | replace "+" "%20") (include "switchboard.fullname" .) -}}
 {{- else -}}
 {{- required "externalDatabase.url is required when postgresql.enabled is false" .Values.externalDatabase.url -}}
 {{- end -}}
@@ -91,7 +91,7 @@ readinessProbe:
 startupProbe:
   httpGet: { path: /health, port: http }
   periodSeconds: 2
-  failureThreshold: 60
+  failureThreshold: 450 # 15 min: each process migrates the database before it serves /health
 {{- end -}}
 
 {{- define "switchboard.podExtras" -}}

@@ -108,6 +108,16 @@ describe('chart, CRDs and examples', function () {
     assert.equal(external.filter((o) => o.kind === 'NetworkPolicy').length, 0);
   });
 
+  it('sets no disruption budget that would block a node drain, and escapes the bundled database password', () => {
+    const single = template([...REQUIRED, 'operator.replicas=1', 'gateway.replicas=3', 'gateway.pdb.minAvailable=2', 'postgresql.password=p@ss/w:rd +x']);
+    assert.equal(find(single, 'PodDisruptionBudget', 'sb-switchboard-operator'), undefined, 'one replica: a budget would allow no eviction');
+    assert.equal(find(single, 'PodDisruptionBudget', 'sb-switchboard-gateway')!.spec.minAvailable, 2);
+    const url = new URL(find(single, 'Secret', 'sb-switchboard-env')!.stringData.DATABASE_URL);
+    assert.equal(url.hostname, 'sb-switchboard-postgresql');
+    assert.equal(decodeURIComponent(url.password), 'p@ss/w:rd +x');
+    assert.throws(() => template([...REQUIRED, 'gateway.pdb.minAvailable=most']), /minAvailable/);
+  });
+
   it('renders the alert rules and the Grafana dashboard when enabled', () => {
     const objs = template([...REQUIRED, 'metrics.prometheusRule.enabled=true', 'grafana.dashboards.enabled=true', 'grafana.dashboards.namespace=monitoring']);
     const rule = objs.find((o) => o.kind === 'PrometheusRule')!;
