@@ -68,12 +68,27 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* Environment shared by every component: settings from the ConfigMap, secrets from the Secret. */}}
+{{/* The gateway's environment: settings from the ConfigMap, every key of the Secret (it alone
+     checks the administrative key). */}}
 {{- define "switchboard.envFrom" -}}
 - configMapRef:
     name: {{ include "switchboard.configMapName" . }}
 - secretRef:
     name: {{ include "switchboard.secretName" . }}
+{{- end -}}
+
+{{/* The settings alone, for components given only the Secret's keys they use (switchboard.secretEnv). */}}
+{{- define "switchboard.settingsFrom" -}}
+- configMapRef:
+    name: {{ include "switchboard.configMapName" . }}
+{{- end -}}
+
+{{/* Named keys of the Secret as env entries: (dict "root" $ "keys" (list "DATABASE_URL" …)). */}}
+{{- define "switchboard.secretEnv" -}}
+{{- range .keys }}
+- name: {{ . }}
+  valueFrom: { secretKeyRef: { name: {{ include "switchboard.secretName" $.root }}, key: {{ . }} } }
+{{- end }}
 {{- end -}}
 
 {{/* Probes on /health (liveness) and /ready (readiness: database and bus). */}}

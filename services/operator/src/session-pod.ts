@@ -9,7 +9,8 @@ import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HAS
 export interface SessionPodSettings {
   image: string;
   imagePullPolicy?: string;
-  /** Secret with DATABASE_URL, NATS_URL, ENCRYPTION_KEY… for the session process (envFrom). */
+  /** Secret with DATABASE_URL, NATS_URL and ENCRYPTION_KEY for the session process (its other
+   *  keys, such as ADMIN_API_KEY, are not passed on). */
   envSecretName?: string;
   /** ConfigMap with the non-secret settings (NETWORK_DRIVER, LOG_LEVEL…). */
   envConfigMapName?: string;
@@ -39,6 +40,8 @@ export const SESSION_POD_TEMPLATE_KEYS = ['imagePullSecrets', 'nodeSelector', 't
 const DEFAULT_ARGS = ['node', 'dist/session.mjs'];
 /** The session's HEALTH_PORT: /health (liveness) and /ready (database and bus). */
 const HEALTH_PORT = 8080;
+/** The Secret's keys a session process reads. */
+const SESSION_SECRET_KEYS = ['DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY'];
 const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
   httpGet: { path, port: 'http' },
   periodSeconds,
@@ -73,6 +76,9 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
         env: [
           { name: 'INSTANCE_ID', value: id },
           { name: 'HEALTH_PORT', value: String(HEALTH_PORT) },
+          // Only the keys a session uses: a pod that parses media from strangers must not hold the
+          // administrative key.
+          ...(settings.envSecretName ? SESSION_SECRET_KEYS.map((key) => ({ name: key, valueFrom: { secretKeyRef: { name: settings.envSecretName!, key } } })) : []),
         ],
         ports: [{ name: 'http', containerPort: HEALTH_PORT }],
         // A wedged session is restarted; a slow start (database, bus, lock) gets two minutes.
@@ -81,7 +87,6 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
         readinessProbe: probe('/ready', 10, 2),
         envFrom: [
           ...(settings.envConfigMapName ? [{ configMapRef: { name: settings.envConfigMapName } }] : []),
-          ...(settings.envSecretName ? [{ secretRef: { name: settings.envSecretName } }] : []),
         ],
         resources: settings.resources ?? { requests: { cpu: '50m', memory: '128Mi' }, limits: { memory: '512Mi' } },
         securityContext: template.containerSecurityContext ?? { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },

@@ -231,6 +231,19 @@ describe('chart, CRDs and examples', function () {
     assert.equal(find(objs, 'Deployment', 'sb-switchboard-dispatcher')!.spec.template.spec.automountServiceAccountToken, false);
     const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
     assert.equal(operatorEnv.find((e) => e.name === 'LEADER_ELECTION_LEASE')!.value, 'sb-switchboard-operator');
+
+    // The Secret's keys: all to the gateway, only those used to the others, never the admin key.
+    const secretKeysOf = (container: Obj) => {
+      if ((container.envFrom as Obj[]).some((f) => f.secretRef)) return 'every key';
+      return (container.env as Obj[]).filter((e) => e.valueFrom?.secretKeyRef?.name === 'sb-switchboard-env').map((e) => `${e.name}=${e.valueFrom.secretKeyRef.key}`);
+    };
+    const containerOf = (name: string) => find(objs, 'Deployment', `sb-switchboard-${name}`)!.spec.template.spec.containers[0];
+    assert.equal(secretKeysOf(containerOf('gateway')), 'every key');
+    assert.deepEqual(secretKeysOf(containerOf('dispatcher')), ['DATABASE_URL=DATABASE_URL', 'NATS_URL=NATS_URL', 'ENCRYPTION_KEY=ENCRYPTION_KEY']);
+    assert.deepEqual(secretKeysOf(containerOf('operator')), ['DATABASE_URL=DATABASE_URL', 'ENCRYPTION_KEY=ENCRYPTION_KEY']);
+    const operatorValues = Object.fromEntries(operatorEnv.filter((e) => 'value' in e).map((e) => [e.name, e.value]));
+    const session = sessionPod({ metadata: { name: 'inst-1', namespace: 'switchboard', uid: 'u-1' }, spec: { displayName: 'One' } }, loadOperatorConfig({ ...operatorValues, KUBERNETES_NAMESPACE: 'switchboard' }).session);
+    assert.deepEqual(secretKeysOf(session.spec!.containers[0] as Obj), ['DATABASE_URL=DATABASE_URL', 'NATS_URL=NATS_URL', 'ENCRYPTION_KEY=ENCRYPTION_KEY']);
   });
 
   it("names each dispatcher replica by its pod's uid (its leases survive a container restart)", () => {
