@@ -215,6 +215,10 @@ describe('chart, CRDs and examples', function () {
     assert.throws(() => template([...REQUIRED, 'postgresql.enabled=false']), /externalDatabase.url is required/);
     assert.throws(() => template([...REQUIRED, 'networkDriver=carrier-pigeon']), /networkDriver/);
     assert.throws(() => template([...REQUIRED, 'gateway.replicaz=3']), /replicaz/);
+    // What the processes would refuse at start (config.ts) is refused at render.
+    assert.throws(() => template([...REQUIRED, 'secrets.encryptionKey=abc']), /encryptionKey/);
+    assert.throws(() => template([...REQUIRED, 'settings.rateLimitPerMinute=2000000']), /rateLimitPerMinute/);
+    assert.throws(() => template([...REQUIRED, 'settings.mediaLinkTtlSeconds=99999999']), /mediaLinkTtlSeconds/);
   });
 
   it('grants least privilege, separately to the operator and the gateway', () => {
