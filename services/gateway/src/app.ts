@@ -20,6 +20,7 @@ import { createMetrics, problems } from '@switchboard/core';
 /** A client's own request id is kept when it is one token of visible ASCII: it is echoed in a
  *  header and quoted in logs and support tickets, where spaces or odd bytes would mislead. */
 const CLIENT_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+const SINGLE_HEADERS = ['host', 'authorization'];
 
 export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(deps)): Koa {
   const app = new Koa();
@@ -35,11 +36,17 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     ctx.set('X-Request-Id', requestId);
     // RFC 9112 §3.2 (the server lets requests without Host through, so they get a problem document).
     if (ctx.req.httpVersion === '1.1' && ctx.req.headers.host === undefined) throw problems.badRequest('host_required', 'An HTTP/1.1 request must carry a Host header.');
+    // Node keeps the first of repeated Host or Authorization lines; a proxy in front may use the
+    // last, and the two would disagree on where the request goes or who sent it.
+    for (const name of SINGLE_HEADERS) {
+      if ((ctx.req.headersDistinct[name]?.length ?? 0) > 1) throw problems.badRequest('duplicate_header', `Send one ${name} header, not several.`);
+    }
     await next();
   });
   app.use(metricsEndpoint(metrics));
-  app.use(rateLimiter({ limit: deps.config.rateLimitPerMinute, trustProxy: deps.config.trustProxy }));
+  // The origin first: an allowed page also gets its CORS headers on a 429, or it could not read it.
   app.use(originGuard(deps.config.publicBaseUrl, deps.config.allowedOrigins));
+  app.use(rateLimiter({ limit: deps.config.rateLimitPerMinute, trustProxy: deps.config.trustProxy }));
   app.use(dashboardMiddleware());
 
   const router = new Router();

@@ -114,6 +114,10 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         return [Number(answer.slice(9, 12)), body.code];
       };
       assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n')), [400, 'host_required']);
+      // Repeated Host or Authorization lines: Node keeps the first, a proxy in front may keep the last.
+      assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\nConnection: close\r\n\r\n')), [400, 'duplicate_header']);
+      const twoCredentials = `GET /api/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${t.adminKey}\r\nAuthorization: Bearer nope\r\nConnection: close\r\n\r\n`;
+      assert.deepEqual(problemOf(await rawRequest(t.url, twoCredentials)), [400, 'duplicate_header']);
       assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n')), [417, 'expectation_failed']);
       assert.deepEqual(problemOf(await rawRequest(t.url, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n')), [405, 'method_not_allowed']);
     });
@@ -157,6 +161,10 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.equal(labelled.status, 201);
       await raw({ 'content-encoding': 'gzip' }, gzipSync('{"name":"Compressed"}'), 'unsupported_content_encoding');
       await raw({ 'content-encoding': 'gzip' }, Buffer.from('{"name":"Said compressed"}'), 'unsupported_content_encoding');
+      const chunk = '{"name":"Gzip in transfer"}';
+      const gzipTransfer = `POST /api/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${t.adminKey}\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n${chunk.length.toString(16)}\r\n${chunk}\r\n0\r\n\r\n`;
+      const transferAnswer = await rawRequest(t.url, gzipTransfer);
+      assert.equal(JSON.parse(transferAnswer.slice(transferAnswer.indexOf('\r\n\r\n') + 4)).code, 'unsupported_content_encoding', transferAnswer);
       const names = ((await t.admin.get('/api/projects')).body.data as { name: string }[]).map((p) => p.name);
       assert.ok(!names.some((n) => /latin1|ompressed/.test(n)), `nothing refused was created: ${names.join(', ')}`);
       const mistyped = await t.admin.post('/api/projects', { name: 123 });
@@ -548,6 +556,11 @@ describe('rate limit, origin and proxy handling', function () {
     for (const probe of ['/health', '/health/', '/HEALTH', '/Ready']) assert.equal((await t.client().get(probe)).status, 200, probe);
     // X-Forwarded-For is ignored without TRUST_PROXY: still the same client.
     assertProblem(await t.admin.get('/api/projects', { 'x-forwarded-for': '203.0.113.9' }), 429);
+    // A page of an allowed origin can read the 429 and when to retry.
+    const fromPage = await t.admin.get('/api/projects', { origin: 'https://app.example.com' });
+    assertProblem(fromPage, 429, 'rate_limited');
+    assert.equal(fromPage.headers.get('access-control-allow-origin'), 'https://app.example.com');
+    assert.match(fromPage.headers.get('access-control-expose-headers') ?? '', /Retry-After.*X-Request-Id/);
   });
 
   it('refuses browser origins that are not allowed', async () => {
@@ -581,6 +594,13 @@ describe('rate limit, origin and proxy handling', function () {
       assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:db8:7:1:ffff::b' })).status, 200);
       assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:0db8:0007:0001::c' }), 429);
       assert.equal((await t3.admin.get('/api/projects', { 'x-forwarded-for': '2001:db8:7:2::a' })).status, 200, 'another /64');
+      // An entry with a port, or in brackets, is its address; one that is no address is not a
+      // fresh client (the proxy's own address counts it).
+      assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': '198.51.100.1:5555' }), 429);
+      assertProblem(await t3.admin.get('/api/projects', { 'x-forwarded-for': '[2001:db8:7:1::d]:443' }), 429);
+      const statuses = [];
+      for (const junk of ['junk-a', 'junk-b', 'junk-c']) statuses.push((await t3.admin.get('/api/projects', { 'x-forwarded-for': junk })).status);
+      assert.deepEqual(statuses, [200, 200, 429]);
     } finally {
       await t3.stop();
     }

@@ -2,7 +2,7 @@
 // 60-second window. Each IP keeps the timestamps of its recent requests in a ring buffer that
 // grows with use, so a flood of one-off addresses costs little memory. IPv6 clients are counted
 // per /64, the block one subscriber gets: rotating addresses inside it does not reset the count.
-import { isIPv6 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
 import type { Context, Next } from 'koa';
 import { Problem } from '@switchboard/core';
 import { isProbePath } from './probe-paths.ts';
@@ -83,10 +83,20 @@ export function rateLimiter(opts: { limit: number; trustProxy: boolean; now?: ()
  */
 export function clientIp(ctx: Context, trustProxy: boolean): string {
   if (trustProxy) {
-    const forwarded = ctx.get('x-forwarded-for').split(',').at(-1)?.trim();
+    const forwarded = forwardedAddress(ctx.get('x-forwarded-for').split(',').at(-1)?.trim() ?? '');
     if (forwarded) return forwarded;
   }
   return ctx.req.socket.remoteAddress ?? 'unknown';
+}
+
+/** An X-Forwarded-For entry as the address alone (some proxies add a port, IPv6 in brackets), or
+ *  undefined when it is no address: free text would open a fresh window with every request. */
+function forwardedAddress(entry: string): string | undefined {
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(entry);
+  const candidate = bracketed ? bracketed[1] : /^[\d.]+:\d+$/.test(entry) ? entry.slice(0, entry.lastIndexOf(':')) : entry;
+  if (isIPv4(candidate)) return candidate;
+  if (isIPv6(candidate)) return candidate.toLowerCase();
+  return undefined;
 }
 
 /** The key an address is counted under: IPv4 as is (also when IPv4-mapped), IPv6 by its /64. */
