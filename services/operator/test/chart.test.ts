@@ -98,6 +98,11 @@ describe('chart, CRDs and examples', function () {
     assert.match(find(bundled, 'Secret', 'sb-switchboard-env')!.stringData.DATABASE_URL, /@sb-switchboard-postgresql:5432\//);
     assert.equal(bundled.filter((o) => o.kind === 'ServiceMonitor').length, 0);
     assert.ok(bundled.some((o) => o.kind === 'NetworkPolicy'));
+    // The policies isolate Switchboard's pods only, not another app's "operator" or "postgresql".
+    for (const name of ['sb-switchboard-internal', 'sb-switchboard-data']) {
+      assert.equal(find(bundled, 'NetworkPolicy', name)!.spec.podSelector.matchLabels['app.kubernetes.io/name'], 'switchboard', name);
+    }
+    assert.equal(find(bundled, 'NetworkPolicy', 'sb-switchboard-data')!.spec.podSelector.matchLabels['app.kubernetes.io/instance'], 'sb');
 
     const external = template([...REQUIRED, 'postgresql.enabled=false', 'nats.enabled=false', 'externalDatabase.url=postgres://sb:pw@db.example:5432/sb', 'externalNats.url=nats://nats.example:4222', 'serviceMonitor.enabled=true', 'networkPolicy.enabled=false']);
     assert.equal(external.filter((o) => o.kind === 'StatefulSet').length, 0);
