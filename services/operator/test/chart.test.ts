@@ -274,6 +274,15 @@ describe('chart, CRDs and examples', function () {
     assert.equal(validate(bad).length, 3);
   });
 
+  it('pulls and places the bundled database and bus like the other pods', () => {
+    const objs = template([...REQUIRED, 'imagePullSecrets[0].name=registry', 'nodeSelector.pool=switchboard', 'tolerations[0].key=dedicated', 'tolerations[0].operator=Exists']);
+    for (const name of ['sb-switchboard-postgresql', 'sb-switchboard-nats']) {
+      const pod = find(objs, 'StatefulSet', name)!.spec.template.spec;
+      assert.deepEqual([pod.imagePullSecrets, pod.nodeSelector, pod.tolerations], [[{ name: 'registry' }], { pool: 'switchboard' }, [{ key: 'dedicated', operator: 'Exists' }]], name);
+    }
+    assert.deepEqual(objs.flatMap(validate), []);
+  });
+
   it('gives session pods what the chart gives every pod: pull secret, placement, security contexts', () => {
     const sets = [...REQUIRED, 'imagePullSecrets[0].name=regcred', 'nodeSelector.pool=whatsapp', 'tolerations[0].key=dedicated', 'tolerations[0].operator=Exists', 'podSecurityContext.runAsUser=20002'];
     /** The session pod the rendered operator would create (its settings read as the operator reads them). */
