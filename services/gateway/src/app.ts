@@ -20,7 +20,8 @@ import { createMetrics, problems } from '@switchboard/core';
 /** A client's own request id is kept when it is one token of visible ASCII: it is echoed in a
  *  header and quoted in logs and support tickets, where spaces or odd bytes would mislead. */
 const CLIENT_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
-const SINGLE_HEADERS = ['host', 'authorization'];
+/** Headers a request may carry once (see repeatedHeader). */
+const SINGLE_HEADERS = new Set(['host', 'authorization']);
 
 export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(deps)): Koa {
   const app = new Koa();
@@ -38,9 +39,8 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     if (ctx.req.httpVersion === '1.1' && ctx.req.headers.host === undefined) throw problems.badRequest('host_required', 'An HTTP/1.1 request must carry a Host header.');
     // Node keeps the first of repeated Host or Authorization lines; a proxy in front may use the
     // last, and the two would disagree on where the request goes or who sent it.
-    for (const name of SINGLE_HEADERS) {
-      if ((ctx.req.headersDistinct[name]?.length ?? 0) > 1) throw problems.badRequest('duplicate_header', `Send one ${name} header, not several.`);
-    }
+    const repeated = repeatedHeader(ctx.req.rawHeaders);
+    if (repeated) throw problems.badRequest('duplicate_header', `Send one ${repeated} header, not several.`);
     await next();
   });
   app.use(metricsEndpoint(metrics));
@@ -79,4 +79,17 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
 
 export function koaPath(openApiPath: string): string {
   return openApiPath.replace(/\{(\w+)\}/g, ':$1');
+}
+
+/** The first of SINGLE_HEADERS the request repeats, read off the raw header lines (not
+ *  `headersDistinct`, which builds a list for every header of every request). */
+function repeatedHeader(raw: string[]): string | undefined {
+  let seen: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i].toLowerCase();
+    if (!SINGLE_HEADERS.has(name)) continue;
+    if (seen?.has(name)) return name;
+    (seen ??= new Set()).add(name);
+  }
+  return undefined;
 }

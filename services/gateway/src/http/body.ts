@@ -13,10 +13,7 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
   if (!declaresJson(ctx.get('content-type'))) {
     throw problems.badRequest('unsupported_content_type', 'JSON request bodies must be sent with Content-Type: application/json.');
   }
-  // Read as it came, a compressed body would only fail as JSON; Node decodes only the chunked
-  // transfer coding, and would hand over a gzip one as it came too.
-  const transferCodings = ctx.get('transfer-encoding').toLowerCase().split(',').map((c) => c.trim()).filter(Boolean);
-  if (!['', 'identity'].includes(ctx.get('content-encoding').trim().toLowerCase()) || transferCodings.some((c) => c !== 'chunked')) {
+  if (declaresCompression(ctx)) {
     throw problems.badRequest('unsupported_content_encoding', 'Request bodies must not be compressed: send them without Content-Encoding.');
   }
   // JSON is UTF-8 (RFC 8259 §8.1; a charset parameter has no effect, §11): bytes that are not
@@ -32,6 +29,13 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
   } catch {
     throw problems.badRequest('invalid_json', 'The request body is not valid JSON.');
   }
+}
+
+/** Read as it came, a compressed body would only fail as JSON. Node decodes only the chunked
+ *  transfer coding, and hands over a gzip one as it came too. */
+function declaresCompression(ctx: Context): boolean {
+  const transferCodings = ctx.get('transfer-encoding').toLowerCase().split(',').map((c) => c.trim()).filter(Boolean);
+  return !['', 'identity'].includes(ctx.get('content-encoding').trim().toLowerCase()) || transferCodings.some((c) => c !== 'chunked');
 }
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
