@@ -1,8 +1,10 @@
+{{/* At most 41 characters: "<fullname>-postgresql" names a StatefulSet, whose pods carry a
+     controller-revision-hash label "<name>-<10-character hash>" that must fit in 63. */}}
 {{- define "switchboard.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 41 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 41 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 

@@ -45,8 +45,8 @@ describe('chart, CRDs and examples', function () {
   let helm: string;
   before(() => (helm = layerBinary('helm')));
 
-  const template = (sets: string[], extra: string[] = []): Obj[] => {
-    const out = execFileSync(helm, ['template', 'sb', CHART, '--namespace', 'switchboard', ...extra, ...sets.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const template = (sets: string[], extra: string[] = [], release = 'sb'): Obj[] => {
+    const out = execFileSync(helm, ['template', release, CHART, '--namespace', 'switchboard', ...extra, ...sets.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
     return parseAllDocuments(out).map((d) => d.toJSON()).filter(Boolean);
   };
   const find = (objs: Obj[], kind: string, name: string) => objs.find((o) => o.kind === kind && o.metadata.name === name);
@@ -281,6 +281,17 @@ describe('chart, CRDs and examples', function () {
       assert.deepEqual([pod.imagePullSecrets, pod.nodeSelector, pod.tolerations], [[{ name: 'registry' }], { pool: 'switchboard' }, [{ key: 'dedicated', operator: 'Exists' }]], name);
     }
     assert.deepEqual(objs.flatMap(validate), []);
+  });
+
+  it('fits every name and label of the longest release name Helm allows (53 characters)', () => {
+    const objs = template(REQUIRED, [], 'a'.repeat(53));
+    assert.deepEqual(objs.flatMap(validate), []);
+    // A StatefulSet's pods carry "<name>-<10-character hash>" as a label value (at most 63).
+    for (const o of objs.filter((x) => x.kind === 'StatefulSet')) assert.ok(o.metadata.name.length <= 52, o.metadata.name);
+    for (const o of objs.filter((x) => x.kind === 'Service')) assert.ok(o.metadata.name.length <= 63, o.metadata.name);
+    const secret = objs.find((o) => o.kind === 'Secret')!;
+    const services = objs.filter((o) => o.kind === 'Service').map((o) => o.metadata.name);
+    for (const url of [secret.stringData.DATABASE_URL, secret.stringData.NATS_URL]) assert.ok(services.includes(new URL(url).hostname), url);
   });
 
   it('gives session pods what the chart gives every pod: pull secret, placement, security contexts', () => {
