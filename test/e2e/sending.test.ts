@@ -348,8 +348,13 @@ for (const mode of modes) {
 
     it('leaves a disconnected instance paused when a pairing-code request is refused', async () => {
       assert.equal((await t.admin.post(`/api/instances/${inst.id}/disconnect`)).status, 200);
-      const refused = await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' });
-      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      const stateEvents = async () => (await t.admin.get(`/api/instances/${inst.id}/events`)).body.data.filter((e: { type: string }) => e.type === 'connection.update').length;
+      const before = await stateEvents();
+      for (let i = 0; i < 3; i++) {
+        const refused = await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' });
+        assert.deepEqual([refused.status, refused.body.code], [409, 'not_pairing'], JSON.stringify(refused.body));
+      }
+      assert.equal(await stateEvents(), before, 'a refused request neither starts the session nor emits state changes');
       const after = (await t.admin.get(`/api/instances/${inst.id}`)).body;
       assert.equal(after.paused, true);
       assert.equal(after.state, 'stopped');

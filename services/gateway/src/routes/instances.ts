@@ -179,6 +179,9 @@ export const instanceRoutes = [
       ctx.set(SECRET_HEADERS); // every answer of this route, refusals too (spec: pairing codes)
       const row = await loadInstance(deps, params.id);
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
+      // A disconnected instance that kept its linked phone would reconnect with it, not pair:
+      // refused without starting it, so no run-state change or event comes of the request.
+      if (row.paused && row.phone) throw linkedAlready();
       await claimPairingSlot(deps, params.id);
       let reply: Record<string, unknown>;
       try {
@@ -202,6 +205,10 @@ export const instanceRoutes = [
     },
   }),
 ];
+
+function linkedAlready(): Problem {
+  return problems.conflict('not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.');
+}
 
 function needsNoPairing(err: unknown): boolean {
   return err instanceof Problem && (err.code === 'not_pairing' || err.code === 'already_connected');
