@@ -254,6 +254,28 @@ describe('baileys driver: connection', () => {
     assert.deepEqual(r.network.pairingRequests, ['5511988887777']);
   });
 
+  it("asks a pairing code on a fresh socket when the current one's refs are running out, and says when the code dies", async () => {
+    const r = rig({ qrRefsBudgetMs: 600, pairingWindowMs: 400 });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    r.sock().showQr();
+    const first = await r.driver.requestPairingCode('5511988887777');
+    const fresh = Date.now();
+    assert.ok(first.expiresAt.getTime() <= fresh + 600, 'no later than the socket ends');
+    assert.equal(r.network.sockets.length, 1, 'enough time left: the same socket');
+
+    await settled(300); // 300 ms left of 600: less than the 400 a code is given
+    const pending = r.driver.requestPairingCode('5511988887777');
+    await until(() => r.network.sockets.length === 2, 'a fresh socket');
+    assert.equal(r.network.sockets[0].isClosed, true, 'the old one is closed');
+    r.sock().showQr();
+    const second = await pending;
+    assert.equal(r.network.pairingRequests.length, 2);
+    assert.equal(r.sock().config.auth.creds.pairingCode?.length, 8, 'asked on the fresh socket');
+    assert.ok(second.expiresAt.getTime() - Date.now() > 400, `the code gets its window (${second.expiresAt.getTime() - Date.now()} ms)`);
+    assert.notEqual(second.code, first.code);
+  });
+
   it('refuses a pairing code at once (409 not_pairing) when the session logs in with a linked phone', async () => {
     const isNotPairing = (err: { status?: number; code?: string }) => (assert.deepEqual([err.status, err.code], [409, 'not_pairing']), true);
     // Kept credentials: the reconnecting socket will never show a QR to pair with.
@@ -666,17 +688,21 @@ describe('baileys driver: receiving', () => {
     assert.equal(inGroup?.phone, MY_PHONE);
   });
 
-  it('ignores history (append), reactions and stubs; buffers until login like Baileys', async () => {
+  it('ignores history, reactions and stubs; records what arrived while offline (append), held until login like Baileys', async () => {
     const r = await connectedRig();
     const chat = '5511977776666@s.whatsapp.net';
-    assert.equal(await deliver(r, received({ chat, message: { conversation: 'history' } }), 'append'), undefined);
+    r.sock().emit('messaging-history.set', { chats: [], contacts: [], messages: [received({ chat, message: { conversation: 'history' } })], isLatest: true });
     assert.equal(await deliver(r, received({ chat, message: { reactionMessage: { text: '👍', key: { id: 'X' } } } })), undefined);
+    const stub = { ...received({ chat: '120363025246125486@g.us', participant: '5511977776666@s.whatsapp.net', message: {} }), message: undefined, messageStubType: 27 };
+    assert.equal(await deliver(r, stub, 'append'), undefined, 'a group notification stub');
     assert.equal(r.listener.messages.length, 0);
 
     await r.sock().drop(DisconnectReason.connectionLost);
     await until(() => r.network.sockets.length === 3, 'reconnect');
+    // Baileys upserts a message the server held while the socket was away as `append`
+    // (messages-recv.js: `node.attrs.offline ? 'append' : 'notify'`).
     const offline = received({ chat, message: { conversation: 'arrived while offline' } });
-    r.sock().emit('messages.upsert', { messages: [offline], type: 'notify' });
+    r.sock().emit('messages.upsert', { messages: [offline], type: 'append' });
     await settled();
     assert.equal(r.listener.messages.length, 0, 'held in Baileys\' buffer until the offline notifications are handled');
     r.sock().open();

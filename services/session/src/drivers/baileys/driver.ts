@@ -55,6 +55,10 @@ export interface BaileysDriverOptions {
   backoff?: BackoffOptions;
   /** How long requestPairingCode waits for the socket to be ready (first QR). */
   pairingReadyTimeoutMs?: number;
+  /** How long a socket's pairing refs last (QR_REFS_BUDGET_MS); tests shorten it. */
+  qrRefsBudgetMs?: number;
+  /** A pairing code is asked on a fresh socket when the current one has less left (PAIRING_WINDOW_MS). */
+  pairingWindowMs?: number;
   /** After the message went to the socket: how long before the send counts as uncertain. */
   sendTimeoutMs?: number;
   mediaUploadTimeoutMs?: number;
@@ -72,6 +76,12 @@ export interface BaileysDriverOptions {
   baileysLogLevel?: string;
 }
 
+/** How long a socket can wait for a pairing: Baileys shows the first of the refs WhatsApp hands
+ *  out for 60 s and each further one for 20 s (six refs), then ends the socket (408), and a
+ *  pairing code asked on it dies with it. */
+const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
+/** The least time a new pairing code is given to be typed on the phone. */
+const PAIRING_WINDOW_MS = 100_000;
 const GROUP_METADATA_TTL_MS = 60_000;
 const ON_NETWORK_TTL_MS = 3_600_000;
 
@@ -104,6 +114,8 @@ export class BaileysDriver implements NetworkDriver {
   private reconnectTimer: NodeJS.Timeout | null = null;
   /** The socket that has shown a QR, i.e. is ready for a pairing-code request. */
   private readySocket: BaileysSocket | null = null;
+  /** When readySocket showed its first QR: its pairing refs, and a code asked on it, run out from then. */
+  private readySince = 0;
   private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
   /** Why the last socket closed, until a newer one reaches the server (explains a failed pairing request). */
   private lastCloseReason: string | null = null;
@@ -165,9 +177,25 @@ export class BaileysDriver implements NetworkDriver {
     if (!this.running) throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
     // Kept credentials of a linked phone: the socket logs in with them and never shows a QR.
     if (this.creds && hasLinkedAccount(this.creds)) throw linkedAlready();
-    const sock = await this.waitUntilReady(this.opts.pairingReadyTimeoutMs ?? 20_000);
+    const readyTimeout = this.opts.pairingReadyTimeoutMs ?? 20_000;
+    const budget = this.opts.qrRefsBudgetMs ?? QR_REFS_BUDGET_MS;
+    let sock = await this.waitUntilReady(readyTimeout);
+    // A code lives only as long as the socket it was asked on: with little of its refs' time
+    // left, the code is asked on a fresh socket, so the phone's user has time to type it.
+    if (this.readySince + budget - Date.now() < (this.opts.pairingWindowMs ?? PAIRING_WINDOW_MS)) {
+      await this.renewSocket();
+      sock = await this.waitUntilReady(readyTimeout);
+    }
     const code = await sock.requestPairingCode(phone);
-    return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt: new Date(Date.now() + PAIRING_CODE_TTL_MS) };
+    const expiresAt = new Date(Math.min(Date.now() + PAIRING_CODE_TTL_MS, this.readySince + budget));
+    return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt };
+  }
+
+  /** Replaces the socket that is waiting for a pairing with a fresh one (new refs). */
+  private async renewSocket(): Promise<void> {
+    const old = this.sock;
+    await this.openSocket(); // a new generation: the old socket's events are ignored from now on
+    await old?.end(undefined).catch(() => {});
   }
 
   private async openSocket(): Promise<void> {
@@ -285,6 +313,7 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   private markReady(sock: BaileysSocket): void {
+    if (this.readySocket !== sock) this.readySince = Date.now();
     this.readySocket = sock;
     this.lastCloseReason = null;
     const waiters = this.readyWaiters;
@@ -351,8 +380,12 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   private async onUpsert(sock: BaileysSocket, upsert: BaileysEventMap['messages.upsert']): Promise<void> {
-    // `append` is history and our own sends (echoed by send()); only live messages are relayed.
-    if (upsert.type !== 'notify') return;
+    // Both types are live: Baileys marks what the server held for us while we were offline
+    // `append`, and history arrives as `messaging-history.set` instead (ignored). Our own sends
+    // go out with relayMessage, which upserts nothing; the rest of `append` are stubs without
+    // content (group notifications, offline calls), which normaliseMessage drops. The incoming
+    // table's unique message id absorbs a message the server hands over twice.
+    if (upsert.type !== 'notify' && upsert.type !== 'append') return;
     for (const msg of upsert.messages) {
       try {
         await this.onLiveMessage(sock, msg);
