@@ -809,6 +809,32 @@ describe('baileys driver: presence and calls', () => {
     ]);
   });
 
+  it('subscribes to the presence of every contact of a private chat, once a socket; not to groups; group typing is not reported', async () => {
+    const r = await connectedRig();
+    const contact = '5511977776666@s.whatsapp.net';
+    await deliver(r, received({ chat: contact, message: { conversation: 'hi' } }));
+    await deliver(r, received({ chat: contact, message: { conversation: 'again' } }));
+    await deliver(r, received({ chat: '120363025246125486@g.us', participant: '5511955554444@s.whatsapp.net', message: { conversation: 'in a group' } }));
+    await r.driver.send(text(mid(), phoneTo()));
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000002' }));
+    await until(() => r.network.presenceSubscriptions.length === 2, 'subscriptions');
+    assert.deepEqual(r.network.presenceSubscriptions, [contact, '5511912345678@s.whatsapp.net']);
+
+    // A subscription ends with its socket: the next one asks again.
+    await r.sock().drop(DisconnectReason.connectionLost);
+    await until(() => r.network.sockets.length === 3, 'reconnect');
+    r.sock().open();
+    await until(() => r.listener.state === 'connected', 'connected');
+    await deliver(r, received({ chat: contact, message: { conversation: 'after the reconnect' } }));
+    await until(() => r.network.presenceSubscriptions.length === 3, 'subscribed again');
+
+    r.sock().emit('presence.update', { id: '120363025246125486@g.us', presences: { '5511955554444@s.whatsapp.net': { lastKnownPresence: 'composing' } } });
+    r.sock().emit('presence.update', { id: contact, presences: { [contact]: { lastKnownPresence: 'composing' } } });
+    await until(() => r.listener.presences.length === 1, 'presence');
+    await settled();
+    assert.deepEqual(r.listener.presences, [{ phone: '5511977776666', chatLid: null, presence: 'composing' }]);
+  });
+
   it('rejects incoming calls when autoRejectCalls is on', async () => {
     const r = await connectedRig();
     const call = (id: string, status: 'offer' | 'terminate') => ({ chatId: '5511977776666@s.whatsapp.net', from: '111122223333444@lid', callerPn: '5511977776666@s.whatsapp.net', id, date: new Date(), status, offline: false });

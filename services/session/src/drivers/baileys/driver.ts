@@ -7,6 +7,7 @@ import {
   generateWAMessageContent,
   generateWAMessageFromContent,
   isJidBroadcast,
+  isJidGroup,
   isJidNewsletter,
   isJidStatusBroadcast,
   makeCacheableSignalKeyStore,
@@ -38,7 +39,7 @@ import {
 import { forgetUnfinishedPairing, hasLinkedAccount, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
 import { backoffDelay, closeAction, closeCode, closeDetail, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
 import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
-import { destinationJid, lidSide, normalised, phoneOf } from './jids.ts';
+import { destinationJid, isPersonJid, lidSide, normalised, phoneOf } from './jids.ts';
 import { downloadWithRetry } from './media-download.ts';
 import { messageContent } from './outbound.ts';
 import { ForwardOnlyReceipts, receiptsFromUpdates, receiptsFromUserReceipts } from './receipts.ts';
@@ -82,6 +83,8 @@ export interface BaileysDriverOptions {
 const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
+/** Contacts one socket watches the presence of, at most (then it starts over). */
+const PRESENCE_WATCH_LIMIT = 10_000;
 const GROUP_METADATA_TTL_MS = 60_000;
 const ON_NETWORK_TTL_MS = 3_600_000;
 
@@ -119,6 +122,8 @@ export class BaileysDriver implements NetworkDriver {
   private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
   /** Why the last socket closed, until a newer one reaches the server (explains a failed pairing request). */
   private lastCloseReason: string | null = null;
+  /** Contacts whose presence the current socket asked for (a subscription ends with its socket). */
+  private presenceWatched = new Set<string>();
   private readonly groupCache = new Map<string, { meta: GroupMetadata; at: number }>();
   private readonly onNetworkCache = new Map<string, { jid: string; at: number }>();
 
@@ -218,6 +223,7 @@ export class BaileysDriver implements NetworkDriver {
     });
     this.sock = sock;
     this.readySocket = null;
+    this.presenceWatched = new Set();
     this.subscribe(sock, generation);
   }
 
@@ -406,6 +412,7 @@ export class BaileysDriver implements NetworkDriver {
     if (isJidNewsletter(chat) || isJidBroadcast(chat)) return;
     const inbound = await normaliseMessage(msg, this.normaliseDeps(sock));
     if (!inbound) return;
+    this.watchPresence(sock, chat);
     await this.ctx.listener.onMessage(inbound);
     if (settings.autoReadMessages && !msg.key.fromMe) await this.markRead(sock, msg.key);
   }
@@ -435,6 +442,9 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   private async onPresence(update: BaileysEventMap['presence.update']): Promise<void> {
+    // A member typing in a group: chat.presence has no field for the group, and reported as is it
+    // would read as typing in the private chat.
+    if (isJidGroup(update.id)) return;
     for (const [jid, data] of Object.entries(update.presences)) {
       await this.ctx.listener.onPresence({
         phone: phoneOf(jid),
@@ -494,6 +504,20 @@ export class BaileysDriver implements NetworkDriver {
       throw new SendError(timedOut ? 'timeout' : 'connection_lost', `the send was interrupted: ${errorSummary(error)}`, false);
     }
     this.echoOwnSend(sock, full, msg);
+    this.watchPresence(sock, jid);
+  }
+
+  /** chat.presence needs a subscription per contact and socket: asked for every contact a
+   *  private chat is had with (groups report their members' typing only inside the group). */
+  private watchPresence(sock: BaileysSocket, jid: string): void {
+    const contact = normalised(jid);
+    if (!contact || !isPersonJid(contact) || this.presenceWatched.has(contact)) return;
+    if (this.presenceWatched.size >= PRESENCE_WATCH_LIMIT) this.presenceWatched.clear();
+    this.presenceWatched.add(contact);
+    sock.presenceSubscribe(contact).catch((error) => {
+      this.presenceWatched.delete(contact);
+      this.log.debug({ err: errorSummary(error) }, 'presence subscription failed');
+    });
   }
 
   /** Checks and maps a destination; definite failures here mean nothing was sent. */

@@ -21,6 +21,11 @@ export function phoneOf(jid: string | null | undefined): string | null {
   return jidDecode(jid)?.user ?? null;
 }
 
+/** A person's JID (phone number or LID), not a group, broadcast or newsletter. */
+export function isPersonJid(jid: string): boolean {
+  return !!(isPnUser(jid) || isLidUser(jid));
+}
+
 /** Normalised user JID (device and agent dropped), or null. */
 export function normalised(jid: string | null | undefined): string | null {
   if (!jid) return null;

@@ -30,6 +30,8 @@ export interface BaileysSocket {
   groupMetadata(jid: string): Promise<GroupMetadata>;
   readMessages(keys: WAMessageKey[]): Promise<void>;
   rejectCall(callId: string, callFrom: string): Promise<void>;
+  /** Asks the server for a contact's presence (online, typing); none arrives without it. */
+  presenceSubscribe(toJid: string): Promise<void>;
 }
 
 export type SocketFactory = (config: UserFacingSocketConfig) => BaileysSocket;

@@ -42,6 +42,7 @@ export class StandInNetwork {
   readonly rejectedCalls: { id: string; from: string }[] = [];
   readonly pairingRequests: string[] = [];
   readonly logouts: string[] = [];
+  readonly presenceSubscriptions: string[] = [];
   reuploads = 0;
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
@@ -173,6 +174,11 @@ export class StandInSocket implements BaileysSocket {
     this.ev.emit('creds.update', this.config.auth.creds);
     this.network.pairingRequests.push(phoneNumber);
     return code;
+  }
+
+  async presenceSubscribe(toJid: string): Promise<void> {
+    this.assertOpen();
+    this.network.presenceSubscriptions.push(toJid);
   }
 
   async logout(msg?: string): Promise<void> {
