@@ -482,6 +482,7 @@ describe('baileys driver: sending', () => {
       [{ kind: 'group', groupId: '5511912345678-1600000000' }, '5511912345678-1600000000@g.us'],
       [{ kind: 'lid', lid: '123456789012345' }, '123456789012345@lid'],
     ];
+    for (const jid of ['120363025246125486@g.us', '5511912345678-1600000000@g.us']) r.network.groups.set(jid, group(jid, false, null));
     for (const [to, jid] of cases) {
       const id = mid();
       await r.driver.send(text(id, to, `to ${jid}`));
@@ -579,6 +580,17 @@ describe('baileys driver: sending', () => {
     r.settings.protectAnnouncementGroups = false;
     await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000001' }));
     assert.equal(r.network.relayed.length, 3);
+  });
+
+  it("fails a send to a group we are not in (nothing sent), and gives relayMessage the members it read", async () => {
+    const r = await connectedRig();
+    // The server refuses the members of a group we left: the send fails for good, it is not uncertain.
+    await rejectsWith(r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000009' })), 'group_unavailable', true);
+    assert.equal(r.network.relayed.length, 0);
+    r.network.groups.set('120363000000000003@g.us', group('120363000000000003@g.us', false, null));
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
+    assert.deepEqual(r.network.groupRelays, [true, true].map((cached) => ({ jid: '120363000000000003@g.us', cached })), 'no second query for the members');
   });
 });
 
@@ -816,6 +828,7 @@ describe('baileys driver: presence and calls', () => {
     await deliver(r, received({ chat: contact, message: { conversation: 'again' } }));
     await deliver(r, received({ chat: '120363025246125486@g.us', participant: '5511955554444@s.whatsapp.net', message: { conversation: 'in a group' } }));
     await r.driver.send(text(mid(), phoneTo()));
+    r.network.groups.set('120363000000000002@g.us', group('120363000000000002@g.us', false, null));
     await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000002' }));
     await until(() => r.network.presenceSubscriptions.length === 2, 'subscriptions');
     assert.deepEqual(r.network.presenceSubscriptions, [contact, '5511912345678@s.whatsapp.net']);

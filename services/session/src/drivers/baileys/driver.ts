@@ -43,6 +43,7 @@ import { destinationJid, isPersonJid, lidSide, normalised, phoneOf } from './jid
 import { downloadWithRetry } from './media-download.ts';
 import { messageContent } from './outbound.ts';
 import { ForwardOnlyReceipts, receiptsFromUpdates, receiptsFromUserReceipts } from './receipts.ts';
+import { KeyCache } from './key-cache.ts';
 import { SentMessages } from './sent-messages.ts';
 import { SerialQueue } from './serial.ts';
 import { realSocketFactory, type BaileysSocket, type SocketFactory } from './socket.ts';
@@ -83,8 +84,8 @@ export interface BaileysDriverOptions {
 const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
-/** Contacts one socket watches the presence of, at most (then it starts over). */
-const PRESENCE_WATCH_LIMIT = 10_000;
+/** Entries a look-up cache (groups, numbers, watched contacts) holds at most. */
+const CACHE_LIMIT = 10_000;
 const GROUP_METADATA_TTL_MS = 60_000;
 const ON_NETWORK_TTL_MS = 3_600_000;
 
@@ -102,6 +103,8 @@ export class BaileysDriver implements NetworkDriver {
   private readonly factory: SocketFactory;
   private readonly backoff: BackoffOptions;
   private readonly keyStore;
+  /** Caches the key store for every socket of this driver; emptied with the credentials. */
+  private readonly keyCache = new KeyCache();
   private readonly sent: SentMessages;
   private readonly receipts = new ForwardOnlyReceipts();
   private readonly events: SerialQueue;
@@ -213,13 +216,15 @@ export class BaileysDriver implements NetworkDriver {
       this.writeCreds(this.creds);
     }
     const sock = this.factory({
-      auth: { creds: this.creds, keys: makeCacheableSignalKeyStore(this.keyStore, this.baileysLog) },
+      auth: { creds: this.creds, keys: makeCacheableSignalKeyStore(this.keyStore, this.baileysLog, this.keyCache) },
       logger: this.baileysLog,
       browser: Browsers.ubuntu('Chrome'),
       markOnlineOnConnect: false,
       syncFullHistory: false,
       shouldSyncHistoryMessage: (n) => HISTORY_TYPES_SYNCED.has(n.syncType ?? -1),
       getMessage: (key) => this.sent.get(key),
+      // The members resolveDestination just read: relayMessage would otherwise query them again.
+      cachedGroupMetadata: async (jid) => this.cachedGroup(jid),
     });
     this.sock = sock;
     this.readySocket = null;
@@ -246,6 +251,7 @@ export class BaileysDriver implements NetworkDriver {
   private async clearAuth(): Promise<void> {
     await this.credsWrites; // a creds write still in flight must not resurrect what we clear
     await this.ctx.auth.clear();
+    this.keyCache.flushAll();
     this.creds = null;
   }
 
@@ -512,7 +518,7 @@ export class BaileysDriver implements NetworkDriver {
   private watchPresence(sock: BaileysSocket, jid: string): void {
     const contact = normalised(jid);
     if (!contact || !isPersonJid(contact) || this.presenceWatched.has(contact)) return;
-    if (this.presenceWatched.size >= PRESENCE_WATCH_LIMIT) this.presenceWatched.clear();
+    if (this.presenceWatched.size >= CACHE_LIMIT) this.presenceWatched.clear();
     this.presenceWatched.add(contact);
     sock.presenceSubscribe(contact).catch((error) => {
       this.presenceWatched.delete(contact);
@@ -524,8 +530,23 @@ export class BaileysDriver implements NetworkDriver {
   private async resolveDestination(sock: BaileysSocket, to: Destination): Promise<string> {
     const jid = destinationJid(to);
     if (to.kind === 'phone') return this.phoneOnNetwork(sock, to.phone, jid);
-    if (to.kind === 'group' && this.ctx.settings().protectAnnouncementGroups) await this.assertMayPostTo(sock, jid);
+    if (to.kind === 'group') {
+      const meta = await this.groupForSend(sock, jid);
+      if (this.ctx.settings().protectAnnouncementGroups) assertMayPostTo(sock, meta);
+    }
     return jid;
+  }
+
+  /** The group's members, which relayMessage needs. Read here, before anything is sent: the
+   *  server refusing them (not a member, no such group) fails the send for good, and a query
+   *  that did not come back (connection lost, time-out) puts it back in the queue. */
+  private async groupForSend(sock: BaileysSocket, jid: string): Promise<GroupMetadata> {
+    try {
+      return await this.groupMetadata(sock, jid);
+    } catch (error) {
+      const refused = typeof (error as { data?: unknown }).data === 'number'; // Baileys' Boom of an error node
+      throw new SendError(refused ? 'group_unavailable' : NOT_CONNECTED, `could not read the group: ${errorSummary(error)}`, true);
+    }
   }
 
   /** WhatsApp's canonical JID of a phone number; `not_on_network` when it has no account. */
@@ -543,29 +564,21 @@ export class BaileysDriver implements NetworkDriver {
     if (!result) return jid;
     const found = result.find((r) => r.exists);
     if (!found) throw new SendError('not_on_network', 'the number is not on WhatsApp', true);
-    this.onNetworkCache.set(phone, { jid: found.jid, at: Date.now() });
+    remember(this.onNetworkCache, phone, { jid: found.jid, at: Date.now() }, ON_NETWORK_TTL_MS);
     return found.jid;
   }
 
-  private async assertMayPostTo(sock: BaileysSocket, groupJid: string): Promise<void> {
-    let meta: GroupMetadata;
-    try {
-      meta = await this.groupMetadata(sock, groupJid);
-    } catch (error) {
-      throw new SendError('group_unavailable', `could not read the group: ${errorSummary(error)}`, true);
-    }
-    if (!meta.announce) return;
-    const me = new Set([normalised(sock.user?.id), normalised(sock.user?.lid)].filter(Boolean));
-    const self = meta.participants.find((p) => [p.id, p.lid, p.phoneNumber].some((j) => j && me.has(normalised(j))));
-    if (!self?.admin) throw new SendError('announcement_group', 'only admins can send to this announcement group', true);
+  private async groupMetadata(sock: BaileysSocket, jid: string): Promise<GroupMetadata> {
+    const cached = this.cachedGroup(jid);
+    if (cached) return cached;
+    const meta = await sock.groupMetadata(jid);
+    remember(this.groupCache, jid, { meta, at: Date.now() }, GROUP_METADATA_TTL_MS);
+    return meta;
   }
 
-  private async groupMetadata(sock: BaileysSocket, jid: string): Promise<GroupMetadata> {
+  private cachedGroup(jid: string): GroupMetadata | undefined {
     const cached = this.groupCache.get(jid);
-    if (cached && Date.now() - cached.at < GROUP_METADATA_TTL_MS) return cached.meta;
-    const meta = await sock.groupMetadata(jid);
-    this.groupCache.set(jid, { meta, at: Date.now() });
-    return meta;
+    return cached && Date.now() - cached.at < GROUP_METADATA_TTL_MS ? cached.meta : undefined;
   }
 
   /** The network echoes our sends as own messages; we relay them like one from the phone. */
@@ -581,6 +594,23 @@ export class BaileysDriver implements NetworkDriver {
       if (inbound) await this.ctx.listener.onMessage(inbound);
     });
   }
+}
+
+function assertMayPostTo(sock: BaileysSocket, meta: GroupMetadata): void {
+  if (!meta.announce) return;
+  const me = new Set([normalised(sock.user?.id), normalised(sock.user?.lid)].filter(Boolean));
+  const self = meta.participants.find((p) => [p.id, p.lid, p.phoneNumber].some((j) => j && me.has(normalised(j))));
+  if (!self?.admin) throw new SendError('announcement_group', 'only admins can send to this announcement group', true);
+}
+
+/** Sets a time-stamped cache entry; a cache grown past CACHE_LIMIT first drops what expired. */
+function remember<V extends { at: number }>(cache: Map<string, V>, key: string, value: V, ttlMs: number): void {
+  if (cache.size >= CACHE_LIMIT) {
+    const cutoff = Date.now() - ttlMs;
+    for (const [k, v] of cache) if (v.at < cutoff) cache.delete(k);
+    if (cache.size >= CACHE_LIMIT) cache.clear();
+  }
+  cache.set(key, value);
 }
 
 class TimeoutError extends Error {

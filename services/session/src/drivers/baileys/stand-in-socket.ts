@@ -10,6 +10,7 @@ import { Boom } from '@hapi/boom';
 import {
   bytesToCrockford,
   DisconnectReason,
+  isJidGroup,
   jidEncode,
   makeEventBuffer,
   type BaileysEventMap,
@@ -43,6 +44,8 @@ export class StandInNetwork {
   readonly pairingRequests: string[] = [];
   readonly logouts: string[] = [];
   readonly presenceSubscriptions: string[] = [];
+  /** Group sends, and whether relayMessage found the members in the driver's cache. */
+  readonly groupRelays: Array<{ jid: string; cached: boolean }> = [];
   reuploads = 0;
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
@@ -203,6 +206,12 @@ export class StandInSocket implements BaileysSocket {
     if (!this.config.auth.creds.me?.id) throw new Boom('Not authenticated', { statusCode: 401 });
     const behaviour = this.network.relayBehaviour;
     if (behaviour === 'hang') return new Promise<string>(() => {});
+    if (isJidGroup(jid)) {
+      // Like relayMessage: the members come from cachedGroupMetadata, else from a query that the
+      // server refuses (before anything is sent) for a group we are not in.
+      this.network.groupRelays.push({ jid, cached: !!(await this.config.cachedGroupMetadata?.(jid)) });
+      if (!this.network.groupRelays.at(-1)!.cached) await this.groupMetadata(jid);
+    }
     this.network.relayed.push({ jid, message, messageId: opts.messageId });
     if (behaviour === 'close') {
       // The node went out, then the connection dropped before the server acknowledged it.
@@ -249,7 +258,8 @@ export class StandInSocket implements BaileysSocket {
   async groupMetadata(jid: string): Promise<GroupMetadata> {
     this.assertOpen();
     const meta = this.network.groups.get(jid);
-    if (!meta) throw new Boom('item-not-found', { statusCode: 404 });
+    // Like Baileys' query: the server's error node becomes a Boom carrying its code as `data`.
+    if (!meta) throw new Boom('item-not-found', { data: 404 });
     return meta;
   }
 
