@@ -405,6 +405,18 @@ describe('baileys driver: connection', () => {
     assert.equal(closeAction(401, new Boom('x', { statusCode: 401, data: wsError })).kind, 'logged_out', 'the code decides the action');
   });
 
+  it('waits for a credentials write in flight before disconnect returns (the owner lock is released next)', async () => {
+    const r = await connectedRig();
+    const set = r.auth.set.bind(r.auth);
+    r.auth.set = async (batch) => {
+      await settled(100);
+      await set(batch);
+    };
+    r.sock().emit('creds.update', { lastPropHash: 'written-late' });
+    await r.driver.disconnect();
+    assert.equal((r.auth.data.get('creds/creds') as { lastPropHash?: string }).lastPropHash, 'written-late');
+  });
+
   it('drops an unconfirmed pairing code before reconnecting, so it never logs in as an unlinked device', async () => {
     const r = rig();
     await r.driver.connect();

@@ -163,6 +163,9 @@ export class BaileysDriver implements NetworkDriver {
   async disconnect(): Promise<void> {
     await this.closeSocket();
     await this.events.idle();
+    // The worker releases the owner lock next: a credentials write still in flight must land
+    // before the next owner reads them.
+    await this.credsWrites;
   }
 
   async logout(): Promise<void> {
