@@ -120,7 +120,8 @@ export class Controller {
       for (const row of await this.o.store.listStates()) {
         const instance = this.instances.get(row.id, this.o.namespace);
         if (!instance) {
-          await this.createResourceFor(row.id);
+          // One resource the API refuses (a quota, an admission policy) must not hold up the rest.
+          await this.createResourceFor(row.id).catch((err) => this.o.logger.warn({ instanceId: row.id, err: describe(err) }, 'could not create the Instance resource of a record'));
           continue;
         }
         const status = instance.status ?? {};

@@ -146,6 +146,11 @@ export class FakeApiServer {
     this.injected.push({ count, match, status });
   }
 
+  /** Forgets the injected failures not yet used up. */
+  clearInjectedFailures(): void {
+    this.injected = [];
+  }
+
   /** Injected failures not yet used up. */
   get pendingFailures(): number {
     return this.injected.reduce((n, f) => n + f.count, 0);

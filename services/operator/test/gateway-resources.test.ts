@@ -70,6 +70,10 @@ describe('gateway: KubernetesInstanceResources', () => {
     await resources.requestReset('inst-a', new Date('2031-02-03T04:05:06.789Z')); // same second: still a new request
     assert.deepEqual(get('inst-a')!.spec, { displayName: 'Gateway name', paused: true, resetRequestedAt: '2031-02-03T04:05:06.789Z' });
     assert.equal(get('inst-a')!.metadata.generation, 5);
+    // Stamped by a clock ahead of ours (kubectl, another replica): the CRD refuses a step back, so
+    // the request comes after it.
+    await resources.requestReset('inst-a', new Date('2031-02-03T04:05:05.000Z'));
+    assert.equal(get('inst-a')!.spec.resetRequestedAt, '2031-02-03T04:05:06.790Z');
     await resources.delete('inst-a');
     assert.equal(get('inst-a'), undefined);
     await resources.delete('inst-a'); // already gone: fine

@@ -408,6 +408,19 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.equal(pod('inst-orphan'), undefined, 'paused: no pod');
   });
 
+  it('creates and mirrors the other records while the API refuses one resource', async () => {
+    fake.injectFailure(1_000_000, (method, path) => method === 'PATCH' && path.endsWith('/instances/inst-refused'), 403);
+    const record = (id: string) => ({ id, name: id, paused: true, state: 'stopped', token_hash: t.crypto.hashToken(id), token_sealed: t.crypto.seal(id) });
+    await t.db('instances').insert([record('inst-refused'), record('inst-after-refused')]);
+    try {
+      await eventually(() => assert.equal(instance('inst-after-refused')?.status?.state, 'stopped'));
+      assert.equal(instance('inst-refused'), undefined);
+    } finally {
+      fake.clearInjectedFailures();
+      await t.db('instances').where({ id: 'inst-refused' }).delete();
+    }
+  });
+
   it('adopts a Project created with kubectl and deletes its record with the resource', async () => {
     await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Project', metadata: { name: 'acme' }, spec: { displayName: 'ACME' } } });
     await eventually(async () => assert.equal((await t.db('projects').where({ id: 'acme' }).first())?.name, 'ACME'));

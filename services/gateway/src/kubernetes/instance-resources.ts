@@ -85,8 +85,20 @@ export class KubernetesInstanceResources {
 
   /** Asks the operator to erase the pairing and restart the session (spec.resetRequestedAt = now). */
   async requestReset(id: string, now = new Date()): Promise<void> {
-    // Milliseconds kept: a second reset within the same second must still be a new request.
-    if (!(await this.mergePatch(id, { spec: { resetRequestedAt: now.toISOString() } }))) throw notYetCreated();
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const current = (await this.call(() => this.api.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id }), [404])) as
+        | { metadata?: { resourceVersion?: string }; spec?: { resetRequestedAt?: string } }
+        | undefined;
+      if (!current) throw notYetCreated();
+      // Later than the last request even when a clock ahead of ours stamped it (the CRD refuses a
+      // step back); milliseconds kept, so a second reset within a second is still a new request.
+      const previous = Date.parse(current.spec?.resetRequestedAt ?? '') || 0;
+      const at = new Date(Math.max(now.getTime(), previous + 1));
+      // The resourceVersion read: a concurrent request gets 409 and reads again.
+      const body = { metadata: { resourceVersion: current.metadata?.resourceVersion }, spec: { resetRequestedAt: at.toISOString() } };
+      if (await this.mergePatch(id, body, [404, 409])) return;
+    }
+    throw unavailable();
   }
 
   /** Deletes the Instance; the operator stops the session and removes the records. Idempotent. */
@@ -96,14 +108,14 @@ export class KubernetesInstanceResources {
 
   /** A merge patch, not an apply: an apply of some fields would drop the others the gateway owns
    *  (`null` removes a field). The patched resource; undefined when it does not exist. */
-  private mergePatch(id: string, body: { spec: Record<string, unknown> }): Promise<unknown> {
+  private mergePatch(id: string, body: { metadata?: { resourceVersion?: string }; spec: Record<string, unknown> }, ignore = [404]): Promise<unknown> {
     return this.call(
       () =>
         this.api.patchNamespacedCustomObject(
           { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL, name: id, body, fieldManager: FIELD_MANAGER },
           setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
         ),
-      [404],
+      ignore,
     );
   }
 
