@@ -475,7 +475,7 @@ describe('operator: Instance and Project reconciliation', function () {
   });
 });
 
-describe('operator: a record that drifted from its resource without a watch event', function () {
+describe('operator: changes no watch event of the resource itself announces', function () {
   this.timeout(20_000);
   let fake: FakeApiServer;
   let t: TestDb;
@@ -506,5 +506,18 @@ describe('operator: a record that drifted from its resource without a watch even
     await t.db('instances').where({ id: 'inst-drift' }).update({ paused: false }); // a connect's write landing after a disconnect's
     await eventually(async () => assert.equal((await row()).paused, true), 3000);
     assert.equal(fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-drift')), undefined, 'paused: still no session pod');
+  });
+
+  it('links an Instance applied before its Project as soon as the Project exists', async () => {
+    const kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
+    const create = (plural: string, kind: string, name: string, spec: Record<string, unknown>) =>
+      kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural, body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec } });
+    const row = () => t.db('instances').where({ id: 'inst-early' }).first();
+    await create(INSTANCES, 'Instance', 'inst-early', { displayName: 'Early', projectRef: 'late', paused: true });
+    await eventually(async () => assert.equal((await row())?.name, 'Early'));
+    await controller.idle();
+    assert.equal((await row()).project_id, null, 'no project record yet');
+    await create(PROJECTS, 'Project', 'late', { displayName: 'Late' });
+    await eventually(async () => assert.equal((await row()).project_id, 'late'), 3000);
   });
 });
