@@ -72,6 +72,23 @@ describe('fake Kubernetes API server', () => {
     assert.deepEqual(gone, [{ type: 'ERROR', code: 410 }]);
   });
 
+  it('answers a watch that would need an event dropped from its bounded history with 410 Gone, never a gap', async () => {
+    const small = await startFake({ historyLimit: 3 });
+    try {
+      const api = kubeConfigFor(small.url).makeApiClient(CustomObjectsApi);
+      const from = (await api.listNamespacedCustomObject(ref)).metadata.resourceVersion;
+      for (const name of ['h1', 'h2', 'h3', 'h4']) await api.createNamespacedCustomObject({ ...ref, body: body(name) });
+      const got: { type: string; code?: number }[] = [];
+      let ended = false;
+      const path = `/apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/instances`;
+      await new Watch(kubeConfigFor(small.url)).watch(path, { resourceVersion: from }, (type, o) => got.push({ type, code: o.code }), () => (ended = true));
+      await eventually(() => ended);
+      assert.deepEqual(got, [{ type: 'ERROR', code: 410 }], 'the first of four events is gone');
+    } finally {
+      await small.stop();
+    }
+  });
+
   it('enforces the CRDs\' CEL rules: name length and form, resetRequestedAt only moving forward', async () => {
     const invalid = (e: { code?: number; body?: unknown }) => e.code === 422;
     await assert.rejects(custom.createNamespacedCustomObject({ ...ref, body: body('i'.repeat(41)) }), invalid);

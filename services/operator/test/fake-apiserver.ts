@@ -51,6 +51,8 @@ export interface FakeApiServerOptions {
   bookmarkIntervalMs?: number;
   /** CRD manifests (YAML file paths) whose kinds are served and validated. */
   crdFiles?: string[];
+  /** Watch events kept for resuming watches (default 10,000); older ones are compacted. */
+  historyLimit?: number;
 }
 
 const BUILTIN: Omit<ResourceType, 'validate'>[] = [
@@ -511,7 +513,8 @@ export class FakeApiServer {
 
   private publish(e: WatchEvent): void {
     this.history.push(e);
-    if (this.history.length > 10_000) this.history.shift();
+    // Like etcd's compaction: a watch that would need a dropped event gets 410 Gone, never a gap.
+    if (this.history.length > (this.options.historyLimit ?? 10_000)) this.compactedThrough = this.history.shift()!.rv;
     for (const w of this.watchers) {
       if (w.typeKey === e.typeKey && inScope(e.object, w.namespace, w.labelSelector)) w.res.write(`${JSON.stringify({ type: e.type, object: e.object })}\n`);
     }
