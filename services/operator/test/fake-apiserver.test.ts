@@ -41,6 +41,18 @@ describe('fake Kubernetes API server', () => {
     assert.equal(m.status.state, 'connected');
   });
 
+  it('bumps generation only for a real spec change (not the order of keys, not a defaulted field left out)', async () => {
+    const created = await custom.createNamespacedCustomObject({ ...ref, body: body('gen-test', { displayName: 'Gg', projectRef: 'acme' }) });
+    assert.equal(created.spec.paused, false, 'the schema default is filled in');
+    const put = (spec: Record<string, unknown>, from: { metadata: { resourceVersion: string } }) =>
+      custom.replaceNamespacedCustomObject({ ...ref, name: 'gen-test', body: { ...body('gen-test', spec), metadata: { name: 'gen-test', resourceVersion: from.metadata.resourceVersion } } });
+    const reordered = await put({ projectRef: 'acme', paused: false, displayName: 'Gg' }, created);
+    const defaulted = await put({ displayName: 'Gg', projectRef: 'acme' }, reordered);
+    assert.deepEqual([reordered, defaulted].map((o) => [o.metadata.generation, o.metadata.resourceVersion]), [1, 1].map((g) => [g, created.metadata.resourceVersion]));
+    const changed = await put({ displayName: 'Gh', projectRef: 'acme' }, defaulted);
+    assert.equal(changed.metadata.generation, 2);
+  });
+
   it('holds a resource with finalizers until they are removed, then garbage-collects its dependents', async () => {
     const owner = await custom.createNamespacedCustomObject({ ...ref, body: { ...body('gc-owner'), metadata: { name: 'gc-owner', finalizers: ['test/hold'] } } });
     await core.createNamespacedSecret({ namespace: NAMESPACE, body: { metadata: { name: 'gc-secret', ownerReferences: [{ apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', name: 'gc-owner', uid: owner.metadata.uid }] }, data: { a: 'Yg==' } } });

@@ -444,10 +444,12 @@ export class FakeApiServer {
   }
 
   private commit(route: Route, key: string, current: Obj, next: Obj): Obj {
-    const specChanged = JSON.stringify(strip(current)) !== JSON.stringify(strip(next));
-    if (specChanged && !route.status) next.metadata.generation = (current.metadata.generation ?? 1) + 1;
-    this.validate(route.type, next, current);
-    if (JSON.stringify(next) === JSON.stringify({ ...current, metadata: { ...current.metadata, resourceVersion: next.metadata.resourceVersion } })) {
+    this.validate(route.type, next, current); // fills in the schema's defaults first
+    // Compared as the server stores them (keys sorted, defaults filled in): neither the order of
+    // the keys sent nor leaving out a defaulted field is a change.
+    const same = (a: Obj, b: Obj) => JSON.stringify(sortedKeys(a)) === JSON.stringify(sortedKeys(b));
+    if (!same(strip(current), strip(next)) && !route.status) next.metadata.generation = (current.metadata.generation ?? 1) + 1;
+    if (same(next, { ...current, metadata: { ...current.metadata, resourceVersion: next.metadata.resourceVersion } })) {
       return clone(current); // a no-op write does not change the resourceVersion
     }
     if (next.metadata.deletionTimestamp && !next.metadata.finalizers?.length) {
