@@ -74,7 +74,24 @@ export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedul
 async function routeBatch(
   deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>,
   envelopes: Routable[],
+  rounds = 3,
 ): Promise<{ existing: Set<string>; instances: Set<string>; awaitingClaim: Set<string> }> {
+  const routed = await routeOnce(deps, envelopes);
+  const again = envelopes.filter((e) => routed.rerouted.has(e.id));
+  // A webhook save changed the URLs while the batch was routed: those events with the new ones.
+  if (!again.length || rounds <= 1) return routed;
+  const next = await routeBatch(deps, again, rounds - 1);
+  return {
+    existing: new Set([...routed.existing, ...next.existing]),
+    instances: new Set([...routed.instances, ...next.instances]),
+    awaitingClaim: new Set([...routed.awaitingClaim, ...next.awaitingClaim]),
+  };
+}
+
+async function routeOnce(
+  deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>,
+  envelopes: Routable[],
+): Promise<{ existing: Set<string>; instances: Set<string>; awaitingClaim: Set<string>; rerouted: Set<string> }> {
   const configs = await loadRoutingConfigs(deps.db, [...new Set(envelopes.map((e) => e.instanceId))]);
   const rows: NewDelivery[] = [];
   const seen = new Set<string>(); // a redelivered message can share a batch with its first copy
@@ -95,10 +112,10 @@ async function routeBatch(
       leaseMs: url === null ? undefined : leases.leaseFor(url),
     });
   }
-  const { existing, inserted, claimed } = await insertDeliveries(deps.db, rows, deps.handOff?.leaseOwner ?? null);
+  const { existing, inserted, claimed, rerouted } = await insertDeliveries(deps.db, rows, deps.handOff?.leaseOwner ?? null);
   if (claimed.length) deps.handOff!.adopt(claimed);
   const awaitingClaim = new Set(rows.filter((r) => r.url !== null && r.leaseMs === undefined && inserted.has(r.eventId)).map((r) => r.eventId));
-  return { existing, instances: new Set(configs.keys()), awaitingClaim };
+  return { existing, instances: new Set(configs.keys()), awaitingClaim, rerouted };
 }
 
 /** Which rows of one batch are written claimed: those due at once whose destination the local

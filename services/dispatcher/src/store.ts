@@ -233,6 +233,9 @@ export interface InsertedDeliveries {
   inserted: Set<string>;
   /** Rows written now with a lease (NewDelivery.leaseMs), as claims ready to attempt. */
   claimed: ClaimedDelivery[];
+  /** Event ids not written because their URL left the instance's configuration since it was
+   *  read (a webhook save in between): route them again. */
+  rerouted: Set<string>;
 }
 
 /**
@@ -242,9 +245,13 @@ export interface InsertedDeliveries {
  * attempt sends; a row that existed already is not claimed (its own lease or schedule stands).
  * Each event is read once, by primary key (LATERAL … OFFSET 0): for a batch of a few hundred the
  * planner would otherwise often pick a sequential scan of the whole events table.
+ * A row with a URL is written only if the URL is still in its instance's configuration, read under
+ * a share lock on the instance row: a webhook save (which locks the row) either committed first —
+ * the lock wait returns its configuration, and the event is reported in `rerouted` — or waits for
+ * this statement, and then cancels the row if it removed the URL.
  */
 export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leaseOwner: string | null = null): Promise<InsertedDeliveries> {
-  if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [] };
+  if (!deliveries.length) return { existing: new Set(), inserted: new Set(), claimed: [], rerouted: new Set() };
   const pending = (d: NewDelivery) => d.status === 'pending';
   // Lease values are truncated to milliseconds, as the claim query's, to survive a JS Date.
   const write = () => db.raw(
@@ -254,20 +261,27 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
        FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::double precision[], ?::double precision[])
             WITH ORDINALITY AS t(event_id, instance_id, status, url, delay_ms, lease_ms, place)
        CROSS JOIN LATERAL (SELECT instance_id, body, trace_context FROM events WHERE id = t.event_id OFFSET 0) e),
+     locked AS MATERIALIZED (
+       SELECT id, webhook FROM instances
+       WHERE id IN (SELECT instance_id FROM v WHERE url IS NOT NULL) ORDER BY id FOR SHARE),
+     routed AS (
+       SELECT v.*, (v.url IS NULL OR EXISTS (
+                SELECT 1 FROM locked l, jsonb_each(l.webhook) w WHERE l.id = v.instance_id AND w.value = to_jsonb(v.url))) AS current
+       FROM v),
      inserted AS (
        INSERT INTO deliveries (event_id, instance_id, status, url, next_attempt_at, lease_until, lease_owner)
        SELECT v.event_id, v.instance_id, v.status, v.url,
               coalesce(v.lease_at, now() + (v.delay_ms * interval '1 millisecond')), v.lease_at,
               CASE WHEN v.lease_at IS NOT NULL THEN ?::text END
-       FROM v WHERE v.event_instance_id = v.instance_id
+       FROM routed v WHERE v.event_instance_id = v.instance_id AND v.current
        ON CONFLICT (event_id) DO NOTHING
        RETURNING event_id, instance_id, url, next_attempt_at
      )
-     SELECT v.event_id AS id, c.event_id IS NOT NULL AS inserted, c.instance_id, c.url, now() AS due_at,
+     SELECT v.event_id AS id, c.event_id IS NOT NULL AS inserted, NOT v.current AS stale, c.instance_id, c.url, now() AS due_at,
             CASE WHEN v.lease_ms IS NOT NULL THEN c.next_attempt_at END AS lease_until,
             CASE WHEN v.lease_ms IS NOT NULL AND c.event_id IS NOT NULL THEN v.body END AS body,
             v.trace_context, i.webhook_secret_sealed
-     FROM v
+     FROM routed v
      LEFT JOIN inserted c ON c.event_id = v.event_id
      LEFT JOIN instances i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL
      ORDER BY v.place`,
@@ -285,7 +299,12 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
   const existing = new Set<string>();
   const inserted = new Set<string>();
   const claimed: ClaimedDelivery[] = [];
+  const rerouted = new Set<string>();
   for (const r of result.rows as any[]) {
+    if (r.stale) {
+      rerouted.add(r.id);
+      continue;
+    }
     existing.add(r.id);
     if (r.inserted) inserted.add(r.id);
     if (r.lease_until === null) continue; // not inserted now, or not leased
@@ -299,7 +318,7 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
       material: { body: r.body, traceContext: r.trace_context ?? null, secretSealed: r.webhook_secret_sealed ?? null },
     });
   }
-  return { existing, inserted, claimed };
+  return { existing, inserted, claimed, rerouted };
 }
 
 /** Runs a statement again when an instance delete removed rows it saw (23503 on its foreign-key

@@ -2,13 +2,13 @@
 // (event + outbox row, published by the OutboxRelay) arrive at the right receiver path, filters
 // hold events back, and events without a delivery row are rebuilt from the database at start.
 import assert from 'node:assert/strict';
-import { OutboxRelay, openBus, type Bus, type EventEnvelope } from '@switchboard/core';
+import { cancelDeliveriesForRemovedUrls, OutboxRelay, openBus, type Bus, type EventEnvelope } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { startDispatcher, type Dispatcher } from '../src/index.ts';
 import { routeAndRecordBatch } from '../src/intake.ts';
-import { claimDueDeliveries } from '../src/store.ts';
+import { claimDueDeliveries, insertDeliveries } from '../src/store.ts';
 import { createInstance, deleteNamespaceStreams, FAST_SCHEDULE, crypto, log, openTestDatabase, recordRoutedEvent, recordTestEvent, waitFor, waitForStatus } from './support.ts';
 
 describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
@@ -149,5 +149,51 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     }
     assert.deepEqual(await routing, ['awaiting_claim', 'event_missing']);
     assert.equal((await db('deliveries').where({ event_id: keptEvent.id }).first())?.status, 'pending');
+  });
+
+  /** A webhook save as the gateway makes it: row lock, new configuration, removed URLs cancelled. */
+  const beginSave = async (instanceId: string, url: string) => {
+    const save = await db.transaction();
+    await save('instances').where({ id: instanceId }).forNoKeyUpdate().first('id');
+    await save('instances').where({ id: instanceId }).update({ webhook: JSON.stringify({ url }) });
+    await cancelDeliveriesForRemovedUrls(save, instanceId, { url });
+    return save;
+  };
+  const waitingOnLock = (like: string) => () =>
+    db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', like).first();
+
+  it('routes an event read before a webhook save with the saved URLs, never to a removed one', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/old') } });
+    const event = await recordTestEvent(db, inst.id);
+    // The save has run its cancellation (nothing to cancel yet) but not committed when the
+    // batch reads the configuration: the batch reads the old URL.
+    const save = await beginSave(inst.id, receiver.url('/new'));
+    let routing: ReturnType<typeof routeAndRecordBatch>;
+    try {
+      routing = routeAndRecordBatch({ db, schedule: FAST_SCHEDULE }, [event]);
+      await waitFor('the batch to wait for the save', waitingOnLock('%deliveries%'));
+    } finally {
+      await save.commit();
+    }
+    assert.deepEqual(await routing, ['awaiting_claim']);
+    const row = await db('deliveries').where({ event_id: event.id }).first();
+    assert.deepEqual([row.status, row.url], ['pending', receiver.url('/new')]);
+  });
+
+  it('a webhook save waits for a batch writing a row to a URL it removes, then cancels that row', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/old') } });
+    const event = await recordTestEvent(db, inst.id);
+    const intake = await db.transaction();
+    let saving: Promise<unknown>;
+    try {
+      const written = await insertDeliveries(intake, [{ eventId: event.id, instanceId: inst.id, status: 'pending', url: receiver.url('/old'), firstAttemptDelayMs: 0 }]);
+      assert.equal(written.inserted.size, 1);
+      saving = beginSave(inst.id, receiver.url('/new')).then((save) => save.commit());
+      await waitFor('the save to wait for the batch', waitingOnLock('%instances%'));
+    } finally {
+      await intake.commit();
+    }
+    await saving;
+    assert.equal((await db('deliveries').where({ event_id: event.id }).first()).status, 'cancelled');
   });
 });
