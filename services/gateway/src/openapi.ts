@@ -18,7 +18,9 @@ export function buildOpenApiDocument(routes: Route[]): object {
   for (const r of routes) {
     const pathParams = [...r.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]);
     const operation: Record<string, unknown> = {
+      operationId: operationIdOf(r),
       summary: r.summary,
+      description: CREDENTIALS[r.auth],
       tags: [r.tag],
       security: securityOf(r),
       responses: responsesOf(r),
@@ -52,6 +54,21 @@ function responsesOf(r: Route): Record<string, unknown> {
   const generic = r.auth !== 'none' ? PROBLEM_STATUSES : isProbePath(r.path) ? [] : [429];
   for (const status of generic) out[String(status)] ??= problemResponse('see the problem document');
   return out;
+}
+
+/** Which credential an operation takes: the spec's Auth column, which Bearer security alone cannot tell. */
+const CREDENTIALS: Record<Route['auth'], string> = {
+  none: 'No credential.',
+  admin: 'Credential: the administrative key.',
+  any: "Credential: the administrative key, or this instance's token or one of its integration keys.",
+  'any-or-link': "Credential: the administrative key, or this instance's token or one of its integration keys; or none with a signed link until it expires.",
+};
+
+/** A stable, unique name for code generators: the method and the path, camel-cased
+ *  (`POST /api/instances/{id}/messages` → `postApiInstancesIdMessages`). */
+function operationIdOf(r: Route): string {
+  const words = r.path.split(/[^A-Za-z0-9]+/).filter(Boolean);
+  return r.method + words.map((w) => w[0].toUpperCase() + w.slice(1)).join('');
 }
 
 /** A body is required when the route refuses a request without one, or when no fields are not a

@@ -74,6 +74,13 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.ok(doc.body.paths['/api/instances/{id}/reset'].post.responses['503']);
       assert.deepEqual(Object.keys(doc.body.paths['/health'].get.responses), ['200']);
       assert.deepEqual(Object.keys(doc.body.paths['/ready'].get.responses), ['200', '503']);
+      // Each operation names its credential (Admin or Any, as the spec's Auth column) and has a unique id.
+      const operations = Object.values(doc.body.paths).flatMap((p: any) => Object.values(p)) as { operationId: string; description: string }[];
+      assert.equal(new Set(operations.map((o) => o.operationId)).size, operations.length);
+      assert.equal(doc.body.paths['/api/instances/{id}/messages'].post.operationId, 'postApiInstancesIdMessages');
+      assert.match(doc.body.paths['/api/instances/{id}/connect'].post.description, /^Credential: the administrative key\.$/);
+      assert.match(doc.body.paths['/api/instances/{id}/messages'].post.description, /instance's token/);
+      assert.ok(doc.body.paths['/api/instances/{id}/media/{mediaId}'].get.responses['500'], 'a stored file failing its check is documented');
     });
 
     it('echoes a client X-Request-Id only when it is one plain token', async () => {
