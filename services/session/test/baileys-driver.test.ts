@@ -20,6 +20,7 @@ import {
   createLogger,
   defaultSettings,
   migrate,
+  NOT_CONNECTED,
   openDatabase,
   SendError,
   type Db,
@@ -274,6 +275,18 @@ describe('baileys driver: connection', () => {
     assert.equal(r.sock().config.auth.creds.pairingCode?.length, 8, 'asked on the fresh socket');
     assert.ok(second.expiresAt.getTime() - Date.now() > 400, `the code gets its window (${second.expiresAt.getTime() - Date.now()} ms)`);
     assert.notEqual(second.code, first.code);
+  });
+
+  it('answers a pairing-code request waiting for a QR at once when the session stops', async () => {
+    const r = rig({ pairingReadyTimeoutMs: 10_000 });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    const pending = r.driver.requestPairingCode('5511988887777');
+    await settled();
+    const asked = Date.now();
+    await r.driver.disconnect();
+    await assert.rejects(pending, (err: { status?: number; code?: string }) => (assert.deepEqual([err.status, err.code], [409, 'not_pairing']), true));
+    assert.ok(Date.now() - asked < 2000, 'not after the 10 s time-out');
   });
 
   it('refuses a pairing code at once (409 not_pairing) when the session logs in with a linked phone', async () => {
@@ -603,6 +616,18 @@ describe('baileys driver: sending', () => {
     await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
     await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
     assert.deepEqual(r.network.groupRelays, [true, true].map((cached) => ({ jid: '120363000000000003@g.us', cached })), 'no second query for the members');
+    assert.equal(r.network.groupQueries.filter((j) => j === '120363000000000003@g.us').length, 1);
+
+    // Members changed: read again before the next send.
+    r.sock().emit('group-participants.update', { id: '120363000000000003@g.us', author: '5511977776666@s.whatsapp.net', participants: [], action: 'add' });
+    await settled();
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
+    assert.equal(r.network.groupQueries.filter((j) => j === '120363000000000003@g.us').length, 2);
+
+    // A passing error (rate limit) puts the send back in the queue: nothing was sent, nothing failed.
+    r.network.groupQueryError = 429;
+    r.network.groups.set('120363000000000004@g.us', group('120363000000000004@g.us', false, null));
+    await rejectsWith(r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000004' })), NOT_CONNECTED, true);
   });
 });
 

@@ -84,6 +84,9 @@ export interface BaileysDriverOptions {
 const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
+/** Error codes of a group query that mean the instance may not send there (not authorised,
+ *  not a member, no such group); others (rate limit, server errors) are passing. */
+const GROUP_REFUSALS = new Set([401, 403, 404, 406]);
 /** Entries a look-up cache (groups, numbers, watched contacts) holds at most. */
 const CACHE_LIMIT = 10_000;
 const GROUP_METADATA_TTL_MS = 60_000;
@@ -205,8 +208,17 @@ export class BaileysDriver implements NetworkDriver {
   /** Replaces the socket that is waiting for a pairing with a fresh one (new refs). */
   private async renewSocket(): Promise<void> {
     const old = this.sock;
-    await this.openSocket(); // a new generation: the old socket's events are ignored from now on
-    await old?.end(undefined).catch(() => {});
+    try {
+      await this.openSocket(); // a new generation: the old socket's events are ignored from now on
+    } catch (error) {
+      // The old socket's close will be ignored: reconnecting is ours to start.
+      this.log.error({ err: errorSummary(error) }, 'could not open the socket');
+      if (this.running) this.scheduleReconnect();
+      throw problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.');
+    } finally {
+      await old?.end(undefined).catch(() => {});
+    }
+    if (!this.running) throw problems.conflict('not_pairing', 'The session stopped while the pairing code was requested.');
   }
 
   private async openSocket(): Promise<void> {
@@ -243,6 +255,8 @@ export class BaileysDriver implements NetworkDriver {
     this.generation++;
     this.sock = null;
     this.readySocket = null;
+    // A pairing-code request waiting for a QR gets none now: answered at once, not after its time-out.
+    for (const waiter of this.readyWaiters.splice(0)) waiter.reject(problems.conflict('not_pairing', 'The session stopped while the pairing code was requested.'));
   }
 
   private async closeSocket(): Promise<void> {
@@ -319,6 +333,9 @@ export class BaileysDriver implements NetworkDriver {
     on('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates)));
     on('presence.update', (update) => this.onPresence(update));
     on('call', (calls) => this.onCalls(sock, calls));
+    // Members changed: the next send reads them again (relayMessage encrypts for those it is given).
+    on('group-participants.update', async ({ id }) => void this.groupCache.delete(id));
+    on('groups.update', async (updates) => updates.forEach((u) => u.id && this.groupCache.delete(u.id)));
   }
 
   private writeCreds(creds: AuthenticationCreds): void {
@@ -547,7 +564,8 @@ export class BaileysDriver implements NetworkDriver {
     try {
       return await this.groupMetadata(sock, jid);
     } catch (error) {
-      const refused = typeof (error as { data?: unknown }).data === 'number'; // Baileys' Boom of an error node
+      // Baileys' Boom of the server's error node carries its code; only these say "not for you".
+      const refused = GROUP_REFUSALS.has((error as { data?: unknown }).data as number);
       throw new SendError(refused ? 'group_unavailable' : NOT_CONNECTED, `could not read the group: ${errorSummary(error)}`, true);
     }
   }

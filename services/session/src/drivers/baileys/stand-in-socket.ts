@@ -44,6 +44,9 @@ export class StandInNetwork {
   readonly pairingRequests: string[] = [];
   readonly logouts: string[] = [];
   readonly presenceSubscriptions: string[] = [];
+  /** Every group members query, and the error code the server answers them with (none: success). */
+  readonly groupQueries: string[] = [];
+  groupQueryError: number | null = null;
   /** Group sends, and whether relayMessage found the members in the driver's cache. */
   readonly groupRelays: Array<{ jid: string; cached: boolean }> = [];
   reuploads = 0;
@@ -257,6 +260,8 @@ export class StandInSocket implements BaileysSocket {
 
   async groupMetadata(jid: string): Promise<GroupMetadata> {
     this.assertOpen();
+    this.network.groupQueries.push(jid);
+    if (this.network.groupQueryError) throw new Boom('rate-overlimit', { data: this.network.groupQueryError });
     const meta = this.network.groups.get(jid);
     // Like Baileys' query: the server's error node becomes a Boom carrying its code as `data`.
     if (!meta) throw new Boom('item-not-found', { data: 404 });
