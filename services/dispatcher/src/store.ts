@@ -246,8 +246,9 @@ export interface InsertedDeliveries {
  * Each event is read once, by primary key (LATERAL … OFFSET 0): for a batch of a few hundred the
  * planner would otherwise often pick a sequential scan of the whole events table.
  * A row with a URL is written only if the URL is still in its instance's configuration, read under
- * a share lock on the instance row: a webhook save (which locks the row) either committed first —
- * the lock wait returns its configuration, and the event is reported in `rerouted` — or waits for
+ * a key-share lock on the instance row, which only a webhook save's FOR UPDATE blocks (the queue
+ * count's and other updates of the row do not): a save either committed first — the lock wait
+ * returns its configuration (and secret), and the event is reported in `rerouted` — or waits for
  * this statement, and then cancels the row if it removed the URL.
  */
 export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leaseOwner: string | null = null): Promise<InsertedDeliveries> {
@@ -262,8 +263,8 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
             WITH ORDINALITY AS t(event_id, instance_id, status, url, delay_ms, lease_ms, place)
        CROSS JOIN LATERAL (SELECT instance_id, body, trace_context FROM events WHERE id = t.event_id OFFSET 0) e),
      locked AS MATERIALIZED (
-       SELECT id, webhook FROM instances
-       WHERE id IN (SELECT instance_id FROM v WHERE url IS NOT NULL) ORDER BY id FOR SHARE),
+       SELECT id, webhook, webhook_secret_sealed FROM instances
+       WHERE id IN (SELECT instance_id FROM v WHERE url IS NOT NULL) ORDER BY id FOR KEY SHARE),
      routed AS (
        SELECT v.*, (v.url IS NULL OR EXISTS (
                 SELECT 1 FROM locked l, jsonb_each(l.webhook) w WHERE l.id = v.instance_id AND w.value = to_jsonb(v.url))) AS current
@@ -283,7 +284,7 @@ export async function insertDeliveries(db: Knex, deliveries: NewDelivery[], leas
             v.trace_context, i.webhook_secret_sealed
      FROM routed v
      LEFT JOIN inserted c ON c.event_id = v.event_id
-     LEFT JOIN instances i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL
+     LEFT JOIN locked i ON i.id = c.instance_id AND v.lease_ms IS NOT NULL
      ORDER BY v.place`,
     [
       deliveries.map((d) => d.eventId),

@@ -154,7 +154,7 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
   /** A webhook save as the gateway makes it: row lock, new configuration, removed URLs cancelled. */
   const beginSave = async (instanceId: string, url: string) => {
     const save = await db.transaction();
-    await save('instances').where({ id: instanceId }).forNoKeyUpdate().first('id');
+    await save('instances').where({ id: instanceId }).forUpdate().first('id');
     await save('instances').where({ id: instanceId }).update({ webhook: JSON.stringify({ url }) });
     await cancelDeliveriesForRemovedUrls(save, instanceId, { url });
     return save;
@@ -178,6 +178,18 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     assert.deepEqual(await routing, ['awaiting_claim']);
     const row = await db('deliveries').where({ event_id: event.id }).first();
     assert.deepEqual([row.status, row.url], ['pending', receiver.url('/new')]);
+  });
+
+  it('never waits for other writers of the instance row (the queue count of sends accepted meanwhile)', async () => {
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/busy') } });
+    const event = await recordTestEvent(db, inst.id);
+    const sending = await db.transaction();
+    try {
+      await sending('instances').where({ id: inst.id }).increment('queued_count', 1); // as the accept trigger does
+      assert.deepEqual(await routeAndRecordBatch({ db, schedule: FAST_SCHEDULE }, [event]), ['awaiting_claim']);
+    } finally {
+      await sending.rollback();
+    }
   });
 
   it('a webhook save waits for a batch writing a row to a URL it removes, then cancels that row', async () => {

@@ -16,8 +16,12 @@ async function ensureSecret(deps: GatewayDeps, trx: Db, row: any): Promise<strin
   return secret;
 }
 
-async function lockInstance(trx: Db, id: string): Promise<any> {
-  const row = await trx('instances').where({ id }).forNoKeyUpdate().first();
+/** `routing`: the change decides where events go (destinations, secret). FOR UPDATE then, the
+ *  one lock that blocks the dispatcher's intake (a key-share lock): an event is routed with the
+ *  configuration before or after the change, never written for a URL the change removed. */
+async function lockInstance(trx: Db, id: string, routing = false): Promise<any> {
+  const query = trx('instances').where({ id });
+  const row = await (routing ? query.forUpdate() : query.forNoKeyUpdate()).first();
   if (!row) throw problems.notFound('The instance');
   return row;
 }
@@ -60,7 +64,7 @@ export const webhookRoutes = [
     handler: async ({ deps, params, body }) => {
       const config = await validateDestinations(body, deps.config.webhookAllowPrivateTargets);
       const saved = await deps.db.transaction(async (trx) => {
-        const row = await lockInstance(trx, params.id);
+        const row = await lockInstance(trx, params.id, true);
         const settings = { ...settingsOf(row), ...(body.settings ?? {}) };
         const secret = await ensureSecret(deps, trx, row);
         await trx('instances').where({ id: params.id }).update({ webhook: JSON.stringify(config), settings: JSON.stringify(settings), updated_at: trx.fn.now() });
@@ -92,7 +96,7 @@ export const webhookRoutes = [
     handler: async ({ deps, params }) => {
       const secret = randomToken(TOKEN_PREFIXES.webhookSecret, 32);
       await deps.db.transaction(async (trx) => {
-        await lockInstance(trx, params.id);
+        await lockInstance(trx, params.id, true);
         await trx('instances').where({ id: params.id }).update({ webhook_secret_sealed: deps.crypto.seal(secret), updated_at: trx.fn.now() });
         await cancelPendingDeliveries(trx, params.id);
       });
