@@ -171,6 +171,15 @@ describe('dashboard end to end (headless Chromium)', function () {
     await page.getByRole('button', { name: 'Send text' }).click();
     await page.locator('tr[data-message-id] [data-status="read"]').waitFor();
     await page.getByText('This instance (API)').waitFor();
+    // A received document's signed link is new on every read; the table is not redrawn for it
+    // (a focused link would lose the focus at every poll).
+    const doc = await server.admin.post(`/sandbox/instances/${instanceId}/inbound`, { from: '5511977770000', type: 'document', mediaBase64: Buffer.from('%PDF-1.4 dashboard').toString('base64'), mimetype: 'application/pdf', fileName: 'terms.pdf' });
+    assert.equal(doc.status, 200, doc.text);
+    const download = page.getByRole('link', { name: /terms\.pdf/ });
+    await download.focus();
+    await page.evaluate(() => ((document.activeElement as HTMLElement & { marked?: boolean }).marked = true));
+    await new Promise((resolve) => setTimeout(resolve, 6000)); // two polls
+    assert.equal(await page.evaluate(() => (document.activeElement as HTMLElement & { marked?: boolean }).marked === true), true, 'the same focused link');
 
     // Webhook: the API's validation message appears next to the field; then a valid save.
     await page.getByRole('link', { name: 'Webhook' }).click();
@@ -229,10 +238,22 @@ describe('dashboard end to end (headless Chromium)', function () {
 
       // Rename from the details form: the heading and the record follow.
       await page.getByRole('heading', { name: 'Lobby', level: 1 }).waitFor();
+      // The skip link moves the focus to the content and leaves the page where it is.
+      const address = page.url();
+      await page.locator('.skip-link').focus();
+      await page.keyboard.press('Enter');
+      assert.equal(await page.evaluate(() => document.activeElement?.id), 'main');
+      assert.equal(page.url(), address);
+      assert.equal(await page.getByRole('heading', { name: 'Lobby', level: 1 }).count(), 1);
       await page.getByLabel('Name', { exact: true }).fill('Reception');
       await page.getByRole('button', { name: 'Save details' }).click();
       await page.getByRole('heading', { name: 'Reception', level: 1 }).waitFor();
       assert.equal((await server.admin.get(`/api/instances/${instanceId}`)).body.name, 'Reception');
+      // Saving the form again sends only what changed in it: a rename made elsewhere meanwhile stays.
+      assert.equal((await server.admin.patch(`/api/instances/${instanceId}`, { name: 'Front desk' })).status, 200);
+      await page.getByRole('button', { name: 'Save details' }).click();
+      await page.getByText('Details saved.').last().waitFor();
+      assert.equal((await server.admin.get(`/api/instances/${instanceId}`)).body.name, 'Front desk');
 
       // The QR image follows the instance without a reload: a new code (here from a reconnect made
       // elsewhere) replaces the one on screen.
@@ -281,6 +302,15 @@ describe('dashboard end to end (headless Chromium)', function () {
       const newSecret = await page.getByRole('textbox', { name: 'Signing secret' }).inputValue();
       assert.notEqual(newSecret, oldSecret);
       assert.equal((await server.admin.get(`/api/instances/${instanceId}/webhook/secret`)).body.secret, newSecret);
+
+      // A save sends only the settings changed in the form: one changed elsewhere meanwhile stays.
+      assert.equal((await server.admin.put(`/api/instances/${instanceId}/settings`, { disableOfflineQueue: true })).status, 200);
+      await page.getByLabel('Reject incoming calls').check();
+      await page.getByRole('button', { name: 'Save webhook' }).click();
+      await page.getByText('Webhook saved.').waitFor();
+      const settings = (await server.admin.get(`/api/instances/${instanceId}`)).body.settings;
+      assert.deepEqual([settings.autoRejectCalls, settings.disableOfflineQueue], [true, true]);
+      assert.equal((await server.admin.put(`/api/instances/${instanceId}/settings`, { disableOfflineQueue: false })).status, 200);
 
       // Reset unlinks the phone: the instance is no longer connected and must be paired again.
       await page.getByRole('link', { name: 'Overview' }).click();

@@ -93,5 +93,10 @@ const notFoundView = {
 };
 
 document.getElementById('sign-out').addEventListener('click', () => signOut());
+// The skip link moves the focus without touching the address: the hash belongs to the router.
+document.querySelector('.skip-link').addEventListener('click', (event) => {
+  event.preventDefault();
+  document.getElementById('main').focus();
+});
 window.addEventListener('hashchange', () => render());
 render({ focus: false });

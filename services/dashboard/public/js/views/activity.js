@@ -6,6 +6,8 @@ import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren,
 import { startPolling } from '../poller.js';
 
 const REFRESH_MS = 2500;
+/** Shown media links are replaced by fresh ones this long before they expire. */
+const LINK_RENEWAL_MS = 60_000;
 
 export function render(container, { api, instance }) {
   const id = instance.id;
@@ -39,9 +41,17 @@ export function render(container, { api, instance }) {
   }
 
   function show(name, rows, draw) {
-    const fingerprint = JSON.stringify(rows);
-    if (lastShown[name] === fingerprint) return;
-    lastShown[name] = fingerprint;
+    // Media links are signed afresh on every read: compared without their signature, and redrawn
+    // only when the shown ones are about to expire (so keyboard focus is not lost every poll).
+    let firstExpiry = Infinity;
+    const fingerprint = JSON.stringify(rows, (key, value) => {
+      if (key !== 'url' || typeof value !== 'string' || !value.includes('?')) return value;
+      firstExpiry = Math.min(firstExpiry, Number(new URL(value, location.href).searchParams.get('expires')) * 1000 || Infinity);
+      return value.slice(0, value.indexOf('?'));
+    });
+    const shown = lastShown[name];
+    if (shown?.fingerprint === fingerprint && shown.firstExpiry - Date.now() > LINK_RENEWAL_MS) return;
+    lastShown[name] = { fingerprint, firstExpiry };
     const hadFocus = sections[name].body.contains(document.activeElement) ? document.activeElement.dataset.focusKey : undefined;
     replaceChildren(sections[name].body, draw(rows));
     if (hadFocus) sections[name].body.querySelector(`[data-focus-key="${CSS.escape(hadFocus)}"]`)?.focus();

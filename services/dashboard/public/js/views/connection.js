@@ -106,6 +106,8 @@ export function render(container, { api, navigate, instance, refresh }) {
     refresh().catch(() => {});
   }
 
+  /** The name and project as the details form showed them. */
+  let shownDetails = { name: instance.name, projectId: instance.projectId ?? null };
   async function showDetails() {
     const projects = (await api.get('/api/projects')).data;
     const detailsForm = form(
@@ -120,8 +122,12 @@ export function render(container, { api, navigate, instance, refresh }) {
   async function saveDetails(event, detailsForm) {
     event.preventDefault();
     const data = new FormData(detailsForm);
-    const saved = await submitting(detailsForm, () => api.patch(path`/api/instances/${id}`, { name: String(data.get('name')).trim(), projectId: data.get('projectId') || null }));
+    // Only what was changed here: a rename or move made elsewhere meanwhile is not undone.
+    const edited = { name: String(data.get('name')).trim(), projectId: data.get('projectId') || null };
+    const changes = Object.fromEntries(Object.entries(edited).filter(([key, value]) => value !== shownDetails[key]));
+    const saved = await submitting(detailsForm, () => api.patch(path`/api/instances/${id}`, changes));
     if (!saved) return;
+    shownDetails = edited;
     notify('Details saved.');
     await refresh();
   }

@@ -82,7 +82,7 @@ export function render(container, { api, navigate, query }) {
     const data = new FormData(createForm);
     const created = await submitting(createForm, () => api.post('/api/instances', { name: String(data.get('name')).trim(), projectId: data.get('projectId') || null }));
     if (!created) return;
-    notify(`Instance “${created.name}” created. Connect it to show its QR code.`);
+    notify(`Instance “${created.name}” created. Its QR code appears on its page once its session has started.`);
     navigate(`#/instances/${encodeURIComponent(created.id)}`);
   }
 

@@ -53,6 +53,9 @@ const SETTING_GROUPS = [
 
 export function render(container, { api, instance }) {
   const id = instance.id;
+  // The settings as this form showed them: a save sends only those changed here, so a change
+  // made elsewhere meanwhile (PUT …/settings is a partial update) is not undone.
+  let shownSettings = { ...(instance.settings ?? {}) };
   const webhookForm = form(
     { onsubmit: (event) => save(event) },
     h(
@@ -103,9 +106,20 @@ export function render(container, { api, instance }) {
     const data = new FormData(webhookForm);
     const body = { format: 'native', settings: {} };
     for (const d of DESTINATIONS) body[d.name] = String(data.get(d.name) ?? '').trim();
-    for (const group of SETTING_GROUPS) for (const [name] of group.settings) body.settings[name] = data.get(`settings.${name}`) === 'on';
+    for (const group of SETTING_GROUPS) {
+      for (const [name] of group.settings) {
+        const checked = data.get(`settings.${name}`) === 'on';
+        if (checked !== Boolean(shownSettings[name])) body.settings[name] = checked;
+      }
+    }
     const saved = await submitting(webhookForm, () => api.put(path`/api/instances/${id}/webhook`, body));
-    if (saved) notify('Webhook saved.');
+    if (!saved) return;
+    shownSettings = { ...saved.settings };
+    for (const [name, value] of Object.entries(shownSettings)) {
+      const box = webhookForm.elements.namedItem(`settings.${name}`);
+      if (box) box.checked = Boolean(value);
+    }
+    notify('Webhook saved.');
   }
 
   async function revealSecret(button) {
