@@ -4,6 +4,7 @@
 import {
   BusClosedError,
   DbAuthStore,
+  noSessionHolds,
   Problem,
   problems,
   recordConnectionState,
@@ -34,9 +35,12 @@ export class RemoteSessionRuntime implements SessionRuntime {
 
   constructor(private readonly opts: RemoteRuntimeOptions) {}
 
-  /** Nothing to do: the operator runs a session pod for every Instance that is not paused, and
-   *  the new resource says so already (no bus round trip, so create works while NATS is down). */
-  async created(): Promise<void> {}
+  /** The operator runs a session pod for every Instance that is not paused, and the new resource
+   *  says so already (no bus round trip, so create works while NATS is down). The record says the
+   *  session is starting, as embedded mode's does. */
+  async created(instanceId: string): Promise<void> {
+    await this.recordStartingIfStopped(instanceId);
+  }
 
   // Each operation's database write and the session's answer come before the next operation of
   // the same instance from this gateway, so the session sees them in the order they were called.
@@ -44,16 +48,14 @@ export class RemoteSessionRuntime implements SessionRuntime {
     return this.lanes.run(instanceId, async () => {
       if (!(await this.setPaused(instanceId, false))) throw problems.notFound('The instance'); // deleted by an operation that ran first
       // When no session runs yet, the one the operator starts reads paused=false itself.
-      await this.tell(instanceId, 'start');
+      if (!(await this.tell(instanceId, 'start'))) await this.recordStartingIfStopped(instanceId);
     });
   }
 
   stop(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
       await this.setPaused(instanceId, true);
-      if (!(await this.tell(instanceId, 'stop'))) {
-        if (await recordConnectionState(this.opts.db, instanceId, 'stopped', { reason: 'paused' })) this.opts.relay.kick();
-      }
+      if (!(await this.tell(instanceId, 'stop'))) await this.recordUnheld(instanceId, 'stopped', 'paused', () => true);
     });
   }
 
@@ -106,6 +108,24 @@ export class RemoteSessionRuntime implements SessionRuntime {
       if (err instanceof Problem && err.code === 'session_busy') return false;
       throw err;
     }
+  }
+
+  /** No session runs for an instance that is not paused (yet): `starting`, not `stopped`, until
+   *  the one the operator starts records its own states. */
+  private recordStartingIfStopped(instanceId: string): Promise<void> {
+    return this.recordUnheld(instanceId, 'starting', null, (row) => row.state === 'stopped' && !row.paused);
+  }
+
+  /** Records a state for an instance no session holds (checked under the owner lock, so none can
+   *  take it meanwhile), when `applies` to its row. A session that holds it but did not answer
+   *  (cut off from the bus) records its own state: it follows the record's `paused` flag. */
+  private async recordUnheld(instanceId: string, state: 'starting' | 'stopped', reason: string | null, applies: (row: { state: string; paused: boolean }) => boolean): Promise<void> {
+    const recorded = await this.opts.db.transaction(async (trx) => {
+      if (!(await noSessionHolds(trx, instanceId))) return false;
+      const row = await trx('instances').where({ id: instanceId }).first('state', 'paused');
+      return row && applies(row) ? recordConnectionState(trx, instanceId, state, { reason }) : false;
+    });
+    if (recorded) this.opts.relay.kick();
   }
 
   /** False when the instance no longer exists. */

@@ -106,6 +106,34 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
   });
 
+  it('with no session answering, records starting or stopped only for an instance no session holds', async () => {
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
+    const state = async (id: string) => Object.values(await env.db('instances').where({ id }).first('state', 'paused'));
+    // Nobody runs it: a created or connected instance is starting (the operator's pod will run it).
+    const created = await env.createInstance({ paused: false, state: 'stopped' });
+    await remote.created(created);
+    assert.deepEqual(await state(created), ['starting', false]);
+    const paused = await env.createInstance({ paused: true, state: 'stopped' });
+    await remote.start(paused);
+    assert.deepEqual(await state(paused), ['starting', false]);
+    await remote.stop(paused);
+    assert.deepEqual(await state(paused), ['stopped', true]);
+
+    // A session cut off from the bus still holds it, connected: it records its own state when it
+    // follows the record's `paused` flag, so neither call writes one over it.
+    const held = await env.createInstance({ paused: false, state: 'connected', phone: '5511900004444' });
+    const session = ownerLockFor(env.db, held, () => undefined);
+    assert.equal(await session.tryAcquire(), true);
+    try {
+      await remote.stop(held);
+      assert.deepEqual(await state(held), ['connected', true]);
+      await remote.start(held);
+      assert.deepEqual(await state(held), ['connected', false]);
+    } finally {
+      await session.release();
+    }
+  });
+
   it('a reset erases nothing under a session that holds the instance without answering (stopping)', async () => {
     const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
     const instanceId = await env.createInstance({ paused: false, state: 'connected', phone: '5511900002222' });
