@@ -23,6 +23,9 @@ export interface ControllerOptions {
   logger: Logger;
   resyncMs?: number;
   statePollMs?: number;
+  /** How long a record may say a session is up while none holds the instance before it is
+   *  recorded as lost (default 15 s: a restarting session takes its lock again well within it). */
+  sessionLostAfterMs?: number;
   podPollMs?: number;
   /** See InstanceReconcilerDeps.stuckPodAfterMs. */
   stuckPodAfterMs?: number;
@@ -43,6 +46,8 @@ export class Controller {
   private readonly instanceReconciler: InstanceReconciler;
   private readonly projectReconciler: ProjectReconciler;
   private pollTimer?: NodeJS.Timeout;
+  /** Instances whose record says a session is up while none holds them, since when. */
+  private readonly unheldSince = new Map<string, number>();
   private stopped = false;
 
   constructor(private readonly o: ControllerOptions) {
@@ -123,7 +128,9 @@ export class Controller {
   private async pollDatabase(): Promise<void> {
     try {
       if (!this.instances.hasSynced) return;
-      for (const row of await this.o.store.listStates()) {
+      const rows = await this.o.store.listStates();
+      await this.recordLostSessions(rows);
+      for (const row of rows) {
         const instance = this.instances.get(row.id, this.o.namespace);
         if (!instance) {
           // One resource the API refuses (a quota, an admission policy) must not hold up the rest.
@@ -137,6 +144,22 @@ export class Controller {
       }
     } catch (err) {
       this.o.logger.warn({ err: describe(err) }, 'database poll failed');
+    }
+  }
+
+  /** A session process that died without recording it (kill -9, a crash, a lost node) leaves its
+   *  record connected: sends would be taken for an instance that cannot send, `disableOfflineQueue`
+   *  would not refuse them and no webhook would say so. Recorded as lost once it lasts. */
+  private async recordLostSessions(rows: Awaited<ReturnType<InstanceStore['listStates']>>): Promise<void> {
+    const unheld = new Set(await this.o.store.withoutLiveSession(rows));
+    const now = Date.now();
+    for (const id of this.unheldSince.keys()) if (!unheld.has(id)) this.unheldSince.delete(id);
+    for (const id of unheld) {
+      const since = this.unheldSince.get(id) ?? now;
+      this.unheldSince.set(id, since);
+      if (now - since < (this.o.sessionLostAfterMs ?? 15_000)) continue;
+      this.unheldSince.delete(id);
+      if (await this.o.store.recordSessionLost(id)) this.o.logger.warn({ instanceId: id }, 'the session of an instance ended without recording it (killed or crashed); recorded as lost');
     }
   }
 

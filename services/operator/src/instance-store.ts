@@ -2,7 +2,7 @@
 // (services/core/src/db/migrations/001_foundation.ts). Every write is idempotent, so a reconcile
 // that is interrupted and repeated leaves the same rows.
 import type { Knex } from 'knex';
-import { followsNoNewerSpec, noSessionHolds, randomToken, recordConnectionState, resetUnheldSession, TOKEN_PREFIXES, type Crypto, type SpecStamp } from '@switchboard/core';
+import { followsNoNewerSpec, noSessionHolds, randomToken, recordConnectionState, resetUnheldSession, sessionLockKey, TOKEN_PREFIXES, type Crypto, type SpecStamp } from '@switchboard/core';
 import type { SessionState } from './resources.ts';
 
 export interface InstanceRow {
@@ -24,6 +24,9 @@ export interface DesiredInstance {
   /** The version of the resource this was read from (core/instance-spec-stamp.ts). */
   stamp?: SpecStamp;
 }
+
+/** States only a running session records: a record left in one by a dead session is stale. */
+const LIVE_STATES = new Set(['connected', 'awaiting_scan']);
 
 export class InstanceStore {
   constructor(
@@ -101,6 +104,33 @@ export class InstanceStore {
    *  a session still holds the instance. */
   async resetSession(id: string): Promise<boolean> {
     return resetUnheldSession(this.db, id);
+  }
+
+  /** Of these records, those whose state says a session is up (connected, waiting for a scan)
+   *  while no session holds the instance's owner lock: their session process died (kill -9, a
+   *  crash, a lost node) without recording it. One look at pg_locks for them all. */
+  async withoutLiveSession(rows: Pick<InstanceRow, 'id' | 'state' | 'paused'>[]): Promise<string[]> {
+    const live = rows.filter((r) => !r.paused && LIVE_STATES.has(r.state));
+    if (!live.length) return [];
+    const { rows: held } = await this.db.raw(
+      `SELECT ((classid::bigint << 32) | objid::bigint)::text AS key FROM pg_locks
+       WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    );
+    const heldKeys = new Set((held as { key: string }[]).map((r) => r.key));
+    return live.filter((r) => !heldKeys.has(sessionLockKey(r.id))).map((r) => r.id);
+  }
+
+  /** Records that the session of an instance is gone (`reconnecting` when it was connected,
+   *  `starting` when it waited for a scan: its QR died with it), reason `session_lost` — if no
+   *  session holds the instance (checked under its owner lock, so none takes it meanwhile) and the
+   *  record still says one is up. True when recorded. */
+  async recordSessionLost(id: string): Promise<boolean> {
+    return this.db.transaction(async (trx) => {
+      if (!(await noSessionHolds(trx, id))) return false;
+      const row = await trx('instances').where({ id }).first('state', 'paused');
+      if (!row || row.paused || !LIVE_STATES.has(row.state)) return false;
+      return recordConnectionState(trx, id, row.state === 'connected' ? 'reconnecting' : 'starting', { reason: 'session_lost' });
+    });
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE

@@ -14,7 +14,9 @@ import { NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFa
 
 const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
 /** Polls, retries and restarts at test speed. */
-const QUICK = { statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50 };
+// The records these tests write stand for sessions that run (no session process holds them):
+// their states are not taken for lost sessions here, only in the test made for that.
+const QUICK = { statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50, sessionLostAfterMs: 3_600_000 };
 
 describe('operator: Instance and Project reconciliation', function () {
   this.timeout(20_000);
@@ -487,7 +489,7 @@ describe('operator: changes no watch event of the resource itself announces', fu
     // Resyncs far apart: only the database poll can notice the drift within the test.
     controller = new Controller({
       kubeConfig: kubeConfigFor(fake.url), namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger,
-      ...QUICK, resyncMs: 600_000,
+      ...QUICK, resyncMs: 600_000, sessionLostAfterMs: 300,
     });
     await controller.start();
   });
@@ -506,6 +508,23 @@ describe('operator: changes no watch event of the resource itself announces', fu
     await t.db('instances').where({ id: 'inst-drift' }).update({ paused: false }); // a connect's write landing after a disconnect's
     await eventually(async () => assert.equal((await row()).paused, true), 3000);
     assert.equal(fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-drift')), undefined, 'paused: still no session pod');
+  });
+
+  it('records the session of a record left connected by a dead session process as lost, not one a session holds', async () => {
+    const record = (id: string, state: string) => ({ id, name: id, paused: false, state, phone: state === 'connected' ? '5511900005555' : null, token_hash: t.crypto.hashToken(id), token_sealed: t.crypto.seal(id) });
+    await t.db('instances').insert([record('inst-dead', 'connected'), record('inst-dead-qr', 'awaiting_scan'), record('inst-alive', 'connected')]);
+    const alive = ownerLockFor(t.db, 'inst-alive', () => undefined);
+    assert.equal(await alive.tryAcquire(), true);
+    try {
+      const stateOf = async (id: string) => (await t.db('instances').where({ id }).first('state')).state;
+      await eventually(async () => assert.deepEqual([await stateOf('inst-dead'), await stateOf('inst-dead-qr')], ['reconnecting', 'starting']), 5000);
+      const lost = await t.db('events').where({ instance_id: 'inst-dead', type: 'connection.update' }).orderBy('created_at', 'desc').first('body');
+      assert.deepEqual(JSON.parse(lost.body).data, { state: 'reconnecting', previousState: 'connected', phone: '5511900005555', reason: 'session_lost' });
+      await new Promise((resolve) => setTimeout(resolve, 800)); // longer than sessionLostAfterMs
+      assert.equal(await stateOf('inst-alive'), 'connected', 'a session holds it');
+    } finally {
+      await alive.release();
+    }
   });
 
   it('links an Instance applied before its Project as soon as the Project exists', async () => {
