@@ -129,7 +129,7 @@ export class Controller {
     try {
       if (!this.instances.hasSynced) return;
       const rows = await this.o.store.listStates();
-      await this.recordLostSessions(rows);
+      await this.recordLostSessions(rows).catch((err) => this.o.logger.warn({ err: describe(err) }, 'looking for lost sessions failed'));
       for (const row of rows) {
         const instance = this.instances.get(row.id, this.o.namespace);
         if (!instance) {

@@ -55,7 +55,8 @@ export class RemoteSessionRuntime implements SessionRuntime {
   stop(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
       await this.setPaused(instanceId, true);
-      if (!(await this.tell(instanceId, 'stop'))) await this.recordUnheld(instanceId, 'stopped', 'paused', () => true);
+      // Still paused: a start through another gateway replica may have come since.
+      if (!(await this.tell(instanceId, 'stop'))) await this.recordUnheld(instanceId, 'stopped', 'paused', (row) => row.paused);
     });
   }
 
@@ -122,7 +123,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
   private async recordUnheld(instanceId: string, state: 'starting' | 'stopped', reason: string | null, applies: (row: { state: string; paused: boolean }) => boolean): Promise<void> {
     const recorded = await this.opts.db.transaction(async (trx) => {
       if (!(await noSessionHolds(trx, instanceId))) return false;
-      const row = await trx('instances').where({ id: instanceId }).first('state', 'paused');
+      const row = await trx('instances').where({ id: instanceId }).forUpdate().first('state', 'paused');
       return row && applies(row) ? recordConnectionState(trx, instanceId, state, { reason }) : false;
     });
     if (recorded) this.opts.relay.kick();

@@ -36,22 +36,28 @@ export function render(container, { api, instance }) {
       api.get(path`/api/instances/${id}/events`),
     ]);
     show('sends', sends.data, sendsTable);
-    show('incoming', incoming.data, incomingTable);
+    show('incoming', incoming.data, incomingTable, { resignedLinks: true });
     show('events', events.data, eventsTable);
   }
 
-  function show(name, rows, draw) {
-    // Media links are signed afresh on every read: compared without their signature, and redrawn
-    // only when the shown ones are about to expire (so keyboard focus is not lost every poll).
+  /** `resignedLinks`: the rows' media links are signed afresh on every read (incoming records;
+   *  an event keeps the link it was recorded with). They are compared without their signature,
+   *  and redrawn only when the shown ones are about to expire, so keyboard focus is not lost
+   *  every poll. */
+  function show(name, rows, draw, { resignedLinks = false } = {}) {
+    const now = Date.now();
     let firstExpiry = Infinity;
     const fingerprint = JSON.stringify(rows, (key, value) => {
-      if (key !== 'url' || typeof value !== 'string' || !value.includes('?')) return value;
-      firstExpiry = Math.min(firstExpiry, Number(new URL(value, location.href).searchParams.get('expires')) * 1000 || Infinity);
+      if (!resignedLinks || key !== 'url' || typeof value !== 'string' || !value.includes('?')) return value;
+      const expires = Number(new URL(value, location.href).searchParams.get('expires')) * 1000;
+      if (expires > now) firstExpiry = Math.min(firstExpiry, expires);
       return value.slice(0, value.indexOf('?'));
     });
     const shown = lastShown[name];
-    if (shown?.fingerprint === fingerprint && shown.firstExpiry - Date.now() > LINK_RENEWAL_MS) return;
-    lastShown[name] = { fingerprint, firstExpiry };
+    // Renewed a minute before they expire, or halfway through a shorter life.
+    const margin = shown ? Math.min(LINK_RENEWAL_MS, (shown.firstExpiry - shown.at) / 2) : 0;
+    if (shown?.fingerprint === fingerprint && shown.firstExpiry - now > margin) return;
+    lastShown[name] = { fingerprint, firstExpiry, at: now };
     const hadFocus = sections[name].body.contains(document.activeElement) ? document.activeElement.dataset.focusKey : undefined;
     replaceChildren(sections[name].body, draw(rows));
     if (hadFocus) sections[name].body.querySelector(`[data-focus-key="${CSS.escape(hadFocus)}"]`)?.focus();

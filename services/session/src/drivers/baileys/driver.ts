@@ -84,9 +84,9 @@ export interface BaileysDriverOptions {
 const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
-/** Error codes of a group query that mean the instance may not send there (not authorised,
- *  not a member, no such group); others (rate limit, server errors) are passing. */
-const GROUP_REFUSALS = new Set([401, 403, 404, 406]);
+/** Error codes of a group query that mean the instance may not send there (a bad group id, not
+ *  authorised, not a member, no such group); others (rate limit, server errors) are passing. */
+const GROUP_REFUSALS = new Set([400, 401, 403, 404, 406]);
 /** Entries a look-up cache (groups, numbers, watched contacts) holds at most. */
 const CACHE_LIMIT = 10_000;
 const GROUP_METADATA_TTL_MS = 60_000;
@@ -131,6 +131,8 @@ export class BaileysDriver implements NetworkDriver {
   /** Contacts whose presence the current socket asked for (a subscription ends with its socket). */
   private presenceWatched = new Set<string>();
   private readonly groupCache = new Map<string, { meta: GroupMetadata; at: number }>();
+  /** Counts group changes heard of, so a members query that overlapped one is not cached. */
+  private groupChanges = 0;
   private readonly onNetworkCache = new Map<string, { jid: string; at: number }>();
 
   constructor(
@@ -211,7 +213,10 @@ export class BaileysDriver implements NetworkDriver {
     try {
       await this.openSocket(); // a new generation: the old socket's events are ignored from now on
     } catch (error) {
-      // The old socket's close will be ignored: reconnecting is ours to start.
+      // The old socket's close will be ignored: reconnecting is ours to start, and it is no
+      // longer the socket to hand out.
+      if (this.sock === old) this.sock = null;
+      if (this.readySocket === old) this.readySocket = null;
       this.log.error({ err: errorSummary(error) }, 'could not open the socket');
       if (this.running) this.scheduleReconnect();
       throw problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.');
@@ -333,9 +338,10 @@ export class BaileysDriver implements NetworkDriver {
     on('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates)));
     on('presence.update', (update) => this.onPresence(update));
     on('call', (calls) => this.onCalls(sock, calls));
-    // Members changed: the next send reads them again (relayMessage encrypts for those it is given).
-    on('group-participants.update', async ({ id }) => void this.groupCache.delete(id));
-    on('groups.update', async (updates) => updates.forEach((u) => u.id && this.groupCache.delete(u.id)));
+    // Members changed: the next send reads them again (relayMessage encrypts for those it is
+    // given). At once, not behind queued events, as a send may come before them.
+    sock.ev.on('group-participants.update', ({ id }) => this.forgetGroup(id));
+    sock.ev.on('groups.update', (updates) => updates.forEach((u) => u.id && this.forgetGroup(u.id)));
   }
 
   private writeCreds(creds: AuthenticationCreds): void {
@@ -592,9 +598,16 @@ export class BaileysDriver implements NetworkDriver {
   private async groupMetadata(sock: BaileysSocket, jid: string): Promise<GroupMetadata> {
     const cached = this.cachedGroup(jid);
     if (cached) return cached;
+    const changes = this.groupChanges;
     const meta = await sock.groupMetadata(jid);
-    remember(this.groupCache, jid, { meta, at: Date.now() }, GROUP_METADATA_TTL_MS);
+    // A change of some group while the query ran may be this one's: not cached then.
+    if (changes === this.groupChanges) remember(this.groupCache, jid, { meta, at: Date.now() }, GROUP_METADATA_TTL_MS);
     return meta;
+  }
+
+  private forgetGroup(jid: string): void {
+    this.groupChanges++;
+    this.groupCache.delete(jid);
   }
 
   private cachedGroup(jid: string): GroupMetadata | undefined {
