@@ -126,9 +126,9 @@ export class InstanceStore {
    *  record still says one is up. True when recorded. */
   async recordSessionLost(id: string): Promise<boolean> {
     return this.db.transaction(async (trx) => {
-      if (!(await noSessionHolds(trx, id))) return false;
-      const row = await trx('instances').where({ id }).first('state', 'paused');
-      if (!row || row.paused || !LIVE_STATES.has(row.state)) return false;
+      // The row first, as the gateway's checks take it: theirs hold the owner lock for a moment too.
+      const row = await trx('instances').where({ id }).forUpdate().first('state', 'paused');
+      if (!row || row.paused || !LIVE_STATES.has(row.state) || !(await noSessionHolds(trx, id))) return false;
       return recordConnectionState(trx, id, row.state === 'connected' ? 'reconnecting' : 'starting', { reason: 'session_lost' });
     });
   }

@@ -122,9 +122,11 @@ export class RemoteSessionRuntime implements SessionRuntime {
    *  (cut off from the bus) records its own state: it follows the record's `paused` flag. */
   private async recordUnheld(instanceId: string, state: 'starting' | 'stopped', reason: string | null, applies: (row: { state: string; paused: boolean }) => boolean): Promise<void> {
     const recorded = await this.opts.db.transaction(async (trx) => {
-      if (!(await noSessionHolds(trx, instanceId))) return false;
+      // The row first: another gateway's check, which also holds the owner lock for a moment,
+      // must not pass for a session that holds the instance.
       const row = await trx('instances').where({ id: instanceId }).forUpdate().first('state', 'paused');
-      return row && applies(row) ? recordConnectionState(trx, instanceId, state, { reason }) : false;
+      if (!row || !applies(row) || !(await noSessionHolds(trx, instanceId))) return false;
+      return recordConnectionState(trx, instanceId, state, { reason });
     });
     if (recorded) this.opts.relay.kick();
   }

@@ -624,6 +624,20 @@ describe('baileys driver: sending', () => {
     await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
     assert.equal(r.network.groupQueries.filter((j) => j === '120363000000000003@g.us').length, 2);
 
+    // A change heard while the members were being read: that answer may be stale, so it is not kept.
+    const change = (action: 'add' | 'remove') => r.sock().emit('group-participants.update', { id: '120363000000000003@g.us', author: '5511977776666@s.whatsapp.net', participants: [], action });
+    change('add'); // nothing cached from here on
+    r.network.groupQueryDelayMs = 100;
+    const before = r.network.groupQueries.length;
+    const sending = r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
+    await until(() => r.network.groupQueries.length === before + 1, 'the members query under way');
+    change('remove');
+    await sending;
+    r.network.groupQueryDelayMs = 0;
+    const queried = r.network.groupQueries.length;
+    await r.driver.send(text(mid(), { kind: 'group', groupId: '120363000000000003' }));
+    assert.ok(r.network.groupQueries.length > queried, 'read again after the change');
+
     // A passing error (rate limit) puts the send back in the queue: nothing was sent, nothing failed.
     r.network.groupQueryError = 429;
     r.network.groups.set('120363000000000004@g.us', group('120363000000000004@g.us', false, null));

@@ -134,6 +134,17 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
   });
 
+  it('two gateway replicas starting and stopping an instance no session runs leave a state that fits its paused flag', async () => {
+    const replica = () => new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 200 });
+    const [a, b] = [replica(), replica()];
+    const instanceId = await env.createInstance({ paused: false, state: 'starting' });
+    for (let round = 0; round < 20; round++) {
+      await Promise.all(round % 2 ? [a.stop(instanceId), b.start(instanceId)] : [b.start(instanceId), a.stop(instanceId)]);
+      const row = await instanceRow(env.db, instanceId);
+      assert.equal(row.state, row.paused ? 'stopped' : 'starting', `round ${round}: paused ${row.paused}`);
+    }
+  });
+
   it('a reset erases nothing under a session that holds the instance without answering (stopping)', async () => {
     const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
     const instanceId = await env.createInstance({ paused: false, state: 'connected', phone: '5511900002222' });

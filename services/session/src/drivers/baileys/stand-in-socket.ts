@@ -47,6 +47,8 @@ export class StandInNetwork {
   /** Every group members query, and the error code the server answers them with (none: success). */
   readonly groupQueries: string[] = [];
   groupQueryError: number | null = null;
+  /** How long the server takes to answer a group members query. */
+  groupQueryDelayMs = 0;
   /** Group sends, and whether relayMessage found the members in the driver's cache. */
   readonly groupRelays: Array<{ jid: string; cached: boolean }> = [];
   reuploads = 0;
@@ -261,6 +263,7 @@ export class StandInSocket implements BaileysSocket {
   async groupMetadata(jid: string): Promise<GroupMetadata> {
     this.assertOpen();
     this.network.groupQueries.push(jid);
+    if (this.network.groupQueryDelayMs) await new Promise((resolve) => setTimeout(resolve, this.network.groupQueryDelayMs));
     if (this.network.groupQueryError) throw new Boom('rate-overlimit', { data: this.network.groupQueryError });
     const meta = this.network.groups.get(jid);
     // Like Baileys' query: the server's error node becomes a Boom carrying its code as `data`.
