@@ -18,7 +18,8 @@ export interface StateInfo {
  *  paused instance stays `stopped` but unlinks its phone, and clients must hear of it. */
 export async function recordConnectionState(db: Knex, instanceId: string, state: ConnectionState, info: StateInfo = {}): Promise<boolean> {
   return db.transaction(async (trx) => {
-    const row = await trx('instances').where({ id: instanceId }).select('state', 'phone', 'qr_code').forUpdate().first();
+    // No key changes: a no-key lock, which leaves the dispatcher's intake (a key-share lock) alone.
+    const row = await trx('instances').where({ id: instanceId }).select('state', 'phone', 'qr_code').forNoKeyUpdate().first();
     if (!row) return false; // the instance was deleted meanwhile
     const phone = info.phone !== undefined ? info.phone : state === 'logged_out' ? null : row.phone;
     // The QR is only meaningful while waiting for a scan.
@@ -34,14 +35,39 @@ export async function recordConnectionState(db: Knex, instanceId: string, state:
   });
 }
 
+/**
+ * Locks the instance's row, then tries its owner lock (held to the end of `trx`). The row first:
+ * two such checks (gateways, the operator) then queue on the row instead of each taking the
+ * other's moment on the owner lock for a session's. `unheld` is false while a session holds it.
+ */
+export async function lockUnheldInstance(trx: Knex.Transaction, instanceId: string): Promise<{ row?: { state: string; paused: boolean }; unheld: boolean }> {
+  const found = await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('state', 'paused');
+  const row = found ? { state: found.state as string, paused: Boolean(found.paused) } : undefined;
+  return { row, unheld: await noSessionHolds(trx, instanceId) };
+}
+
+/** Records the state `decide` picks from the instance's row, for an instance no session holds
+ *  (lockUnheldInstance). True when a change was recorded. */
+export async function recordStateIfUnheld(
+  db: Knex,
+  instanceId: string,
+  decide: (row: { state: string; paused: boolean }) => { state: ConnectionState; reason: string | null } | null,
+): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    const { row, unheld } = await lockUnheldInstance(trx, instanceId);
+    const next = row && unheld ? decide(row) : null;
+    return next ? recordConnectionState(trx, instanceId, next.state, { reason: next.reason }) : false;
+  });
+}
+
 /** Erases the pairing of an instance no session holds: its credentials, its phone. The record then
  *  shows the state the next session starts from — `starting`, or `stopped` when paused — reason
  *  `reset`. False, changing nothing, while a session holds the instance (see noSessionHolds). */
 export async function resetUnheldSession(db: Knex, instanceId: string): Promise<boolean> {
   return db.transaction(async (trx) => {
-    if (!(await noSessionHolds(trx, instanceId))) return false;
+    const { row, unheld } = await lockUnheldInstance(trx, instanceId);
+    if (!unheld) return false;
     await trx('auth_state').where({ instance_id: instanceId }).delete();
-    const row = await trx('instances').where({ id: instanceId }).first('paused');
     if (row) await recordConnectionState(trx, instanceId, row.paused ? 'stopped' : 'starting', { phone: null, reason: 'reset' });
     return true;
   });

@@ -52,7 +52,8 @@ export interface IntakeOptions {
 /** `awaiting_claim`: its delivery row was written now, due, for the scheduler to claim;
  *  `recorded`: its row exists (written before, handed off to the scheduler, or not to deliver);
  *  `instance_missing`: the instance has no row (deleted), so nothing is written;
- *  `event_missing`: the event's row is not there (yet), so neither is a delivery row. */
+ *  `event_missing`: the event's row is not there (yet), so neither is a delivery row — or its
+ *  instance's URLs kept changing while it was routed; either way the bus delivers it again. */
 export type IntakeResult = 'awaiting_claim' | 'recorded' | 'instance_missing' | 'event_missing';
 
 type Routable = Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>;
@@ -74,18 +75,16 @@ export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedul
 async function routeBatch(
   deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>,
   envelopes: Routable[],
-  rounds = 3,
 ): Promise<{ existing: Set<string>; instances: Set<string>; awaitingClaim: Set<string> }> {
-  const routed = await routeOnce(deps, envelopes);
-  const again = envelopes.filter((e) => routed.rerouted.has(e.id));
-  // A webhook save changed the URLs while the batch was routed: those events with the new ones.
-  if (!again.length || rounds <= 1) return routed;
-  const next = await routeBatch(deps, again, rounds - 1);
-  return {
-    existing: new Set([...routed.existing, ...next.existing]),
-    instances: new Set([...routed.instances, ...next.instances]),
-    awaitingClaim: new Set([...routed.awaitingClaim, ...next.awaitingClaim]),
-  };
+  const result = { existing: new Set<string>(), instances: new Set<string>(), awaitingClaim: new Set<string>() };
+  // A webhook save that changed the URLs while events were routed: those again, with the new
+  // ones. Still changing after three rounds, they are left to the bus's redelivery.
+  for (let round = 0, batch = envelopes; round < 3 && batch.length; round++) {
+    const routed = await routeOnce(deps, batch);
+    for (const key of ['existing', 'instances', 'awaitingClaim'] as const) for (const id of routed[key]) result[key].add(id);
+    batch = batch.filter((e) => routed.rerouted.has(e.id));
+  }
+  return result;
 }
 
 async function routeOnce(

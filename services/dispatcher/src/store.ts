@@ -246,9 +246,9 @@ export interface InsertedDeliveries {
  * Each event is read once, by primary key (LATERAL … OFFSET 0): for a batch of a few hundred the
  * planner would otherwise often pick a sequential scan of the whole events table.
  * A row with a URL is written only if the URL is still in its instance's configuration, read under
- * a key-share lock on the instance row. Only the FOR UPDATE of a webhook save, a secret renewal or
- * a connection-state write blocks it (the queue count's and other updates of the row do not, so
- * no lock order can deadlock with them): a save either committed first — the lock wait
+ * a key-share lock on the instance row, which only the FOR UPDATE of a webhook save or a secret
+ * renewal blocks (the queue count's, the connection state's and other updates of the row do not,
+ * so no lock order can deadlock with them): a save either committed first — the lock wait
  * returns its configuration (and secret), and the event is reported in `rerouted` — or waits for
  * this statement, and then cancels the row if it removed the URL.
  */

@@ -7,6 +7,7 @@ import type { Knex } from 'knex';
 import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { startDispatcher, type Dispatcher } from '../src/index.ts';
+import { lockInstanceForRouting } from '../../gateway/src/routes/webhooks.ts';
 import { routeAndRecordBatch } from '../src/intake.ts';
 import { claimDueDeliveries, insertDeliveries } from '../src/store.ts';
 import { createInstance, deleteNamespaceStreams, FAST_SCHEDULE, crypto, log, openTestDatabase, recordRoutedEvent, recordTestEvent, waitFor, waitForStatus } from './support.ts';
@@ -132,6 +133,10 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     for (const e of events) await waitForStatus(db, e.id, 'delivered', 10_000);
   });
 
+  /** A statement of this database waiting for a lock, whose text is `like` this. */
+  const waitingOnLock = (like: string) => () =>
+    db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', like).first();
+
   it('routes a batch that races the delete of an instance: the others are written, the deleted events skipped', async () => {
     const kept = await createInstance(db, { webhook: { url: receiver.url('/kept') } });
     const doomed = await createInstance(db, { webhook: { url: receiver.url('/doomed') } });
@@ -143,7 +148,7 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
     try {
       await deleting('instances').where({ id: doomed.id }).delete();
       routing = routeAndRecordBatch({ db, schedule: FAST_SCHEDULE }, [keptEvent, doomedEvent]);
-      await waitFor('the batch to wait for the delete', () => db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', '%deliveries%').first());
+      await waitFor('the batch to wait for the delete', waitingOnLock('%deliveries%'));
     } finally {
       await deleting.commit();
     }
@@ -154,14 +159,11 @@ describe('dispatcher intake (PostgreSQL + NATS JetStream)', function () {
   /** A webhook save as the gateway makes it: row lock, new configuration, removed URLs cancelled. */
   const beginSave = async (instanceId: string, url: string) => {
     const save = await db.transaction();
-    await save('instances').where({ id: instanceId }).forUpdate().first('id');
+    await lockInstanceForRouting(save, instanceId);
     await save('instances').where({ id: instanceId }).update({ webhook: JSON.stringify({ url }) });
     await cancelDeliveriesForRemovedUrls(save, instanceId, { url });
     return save;
   };
-  const waitingOnLock = (like: string) => () =>
-    db('pg_stat_activity').whereRaw('datname = current_database()').where({ wait_event_type: 'Lock' }).where('query', 'like', like).first();
-
   it('routes an event read before a webhook save with the saved URLs, never to a removed one', async () => {
     const inst = await createInstance(db, { webhook: { url: receiver.url('/old') } });
     const event = await recordTestEvent(db, inst.id);

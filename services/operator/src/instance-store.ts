@@ -2,7 +2,7 @@
 // (services/core/src/db/migrations/001_foundation.ts). Every write is idempotent, so a reconcile
 // that is interrupted and repeated leaves the same rows.
 import type { Knex } from 'knex';
-import { followsNoNewerSpec, noSessionHolds, randomToken, recordConnectionState, resetUnheldSession, sessionLockKey, TOKEN_PREFIXES, type Crypto, type SpecStamp } from '@switchboard/core';
+import { followsNoNewerSpec, lockUnheldInstance, randomToken, recordConnectionState, recordStateIfUnheld, resetUnheldSession, sessionLockKey, TOKEN_PREFIXES, type Crypto, type SpecStamp } from '@switchboard/core';
 import type { SessionState } from './resources.ts';
 
 export interface InstanceRow {
@@ -125,19 +125,16 @@ export class InstanceStore {
    *  session holds the instance (checked under its owner lock, so none takes it meanwhile) and the
    *  record still says one is up. True when recorded. */
   async recordSessionLost(id: string): Promise<boolean> {
-    return this.db.transaction(async (trx) => {
-      // The row first, as the gateway's checks take it: theirs hold the owner lock for a moment too.
-      const row = await trx('instances').where({ id }).forUpdate().first('state', 'paused');
-      if (!row || row.paused || !LIVE_STATES.has(row.state) || !(await noSessionHolds(trx, id))) return false;
-      return recordConnectionState(trx, id, row.state === 'connected' ? 'reconnecting' : 'starting', { reason: 'session_lost' });
-    });
+    return recordStateIfUnheld(this.db, id, (row) =>
+      row.paused || !LIVE_STATES.has(row.state) ? null : { state: row.state === 'connected' ? 'reconnecting' : 'starting', reason: 'session_lost' },
+    );
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
    *  CASCADE). False, changing nothing, while a session still holds the instance. */
   async delete(id: string): Promise<boolean> {
     return this.db.transaction(async (trx) => {
-      if (!(await noSessionHolds(trx, id))) return false;
+      if (!(await lockUnheldInstance(trx, id)).unheld) return false;
       await trx('auth_state').where({ instance_id: id }).delete(); // not a foreign key: deleted explicitly
       await trx('instances').where({ id }).delete();
       return true;

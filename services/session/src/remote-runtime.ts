@@ -4,10 +4,9 @@
 import {
   BusClosedError,
   DbAuthStore,
-  noSessionHolds,
   Problem,
   problems,
-  recordConnectionState,
+  recordStateIfUnheld,
   resetUnheldSession,
   sessionBusy,
   RpcError,
@@ -56,7 +55,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
     return this.lanes.run(instanceId, async () => {
       await this.setPaused(instanceId, true);
       // Still paused: a start through another gateway replica may have come since.
-      if (!(await this.tell(instanceId, 'stop'))) await this.recordUnheld(instanceId, 'stopped', 'paused', (row) => row.paused);
+      if (!(await this.tell(instanceId, 'stop'))) await this.recordUnheld(instanceId, (row) => (row.paused ? { state: 'stopped', reason: 'paused' } : null));
     });
   }
 
@@ -114,21 +113,13 @@ export class RemoteSessionRuntime implements SessionRuntime {
   /** No session runs for an instance that is not paused (yet): `starting`, not `stopped`, until
    *  the one the operator starts records its own states. */
   private recordStartingIfStopped(instanceId: string): Promise<void> {
-    return this.recordUnheld(instanceId, 'starting', null, (row) => row.state === 'stopped' && !row.paused);
+    return this.recordUnheld(instanceId, (row) => (row.state === 'stopped' && !row.paused ? { state: 'starting', reason: null } : null));
   }
 
-  /** Records a state for an instance no session holds (checked under the owner lock, so none can
-   *  take it meanwhile), when `applies` to its row. A session that holds it but did not answer
-   *  (cut off from the bus) records its own state: it follows the record's `paused` flag. */
-  private async recordUnheld(instanceId: string, state: 'starting' | 'stopped', reason: string | null, applies: (row: { state: string; paused: boolean }) => boolean): Promise<void> {
-    const recorded = await this.opts.db.transaction(async (trx) => {
-      // The row first: another gateway's check, which also holds the owner lock for a moment,
-      // must not pass for a session that holds the instance.
-      const row = await trx('instances').where({ id: instanceId }).forUpdate().first('state', 'paused');
-      if (!row || !applies(row) || !(await noSessionHolds(trx, instanceId))) return false;
-      return recordConnectionState(trx, instanceId, state, { reason });
-    });
-    if (recorded) this.opts.relay.kick();
+  /** Only for an instance no session holds: one that holds it but did not answer (cut off from
+   *  the bus) records its own state, as it follows the record's `paused` flag. */
+  private async recordUnheld(instanceId: string, decide: Parameters<typeof recordStateIfUnheld>[2]): Promise<void> {
+    if (await recordStateIfUnheld(this.opts.db, instanceId, decide)) this.opts.relay.kick();
   }
 
   /** False when the instance no longer exists. */

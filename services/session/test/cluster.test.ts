@@ -108,7 +108,10 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
 
   it('with no session answering, records starting or stopped only for an instance no session holds', async () => {
     const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
-    const state = async (id: string) => Object.values(await env.db('instances').where({ id }).first('state', 'paused'));
+    const state = async (id: string) => {
+      const { state: recorded, paused } = await instanceRow(env.db, id);
+      return [recorded, paused];
+    };
     // Nobody runs it: a created or connected instance is starting (the operator's pod will run it).
     const created = await env.createInstance({ paused: false, state: 'stopped' });
     await remote.created(created);

@@ -16,12 +16,18 @@ async function ensureSecret(deps: GatewayDeps, trx: Db, row: any): Promise<strin
   return secret;
 }
 
-/** `routing`: the change decides where events go (destinations, secret). FOR UPDATE then, the
- *  one lock that blocks the dispatcher's intake (a key-share lock): an event is routed with the
+async function lockInstance(trx: Db, id: string): Promise<any> {
+  return found(await trx('instances').where({ id }).forNoKeyUpdate().first());
+}
+
+/** For a change that decides where events go (destinations, secret): FOR UPDATE, the one lock
+ *  that blocks the dispatcher's intake (a key-share lock), so an event is routed with the
  *  configuration before or after the change, never written for a URL the change removed. */
-async function lockInstance(trx: Db, id: string, routing = false): Promise<any> {
-  const query = trx('instances').where({ id });
-  const row = await (routing ? query.forUpdate() : query.forNoKeyUpdate()).first();
+export async function lockInstanceForRouting(trx: Db, id: string): Promise<any> {
+  return found(await trx('instances').where({ id }).forUpdate().first());
+}
+
+function found(row: any): any {
   if (!row) throw problems.notFound('The instance');
   return row;
 }
@@ -64,7 +70,7 @@ export const webhookRoutes = [
     handler: async ({ deps, params, body }) => {
       const config = await validateDestinations(body, deps.config.webhookAllowPrivateTargets);
       const saved = await deps.db.transaction(async (trx) => {
-        const row = await lockInstance(trx, params.id, true);
+        const row = await lockInstanceForRouting(trx, params.id);
         const settings = { ...settingsOf(row), ...(body.settings ?? {}) };
         const secret = await ensureSecret(deps, trx, row);
         await trx('instances').where({ id: params.id }).update({ webhook: JSON.stringify(config), settings: JSON.stringify(settings), updated_at: trx.fn.now() });
@@ -96,7 +102,7 @@ export const webhookRoutes = [
     handler: async ({ deps, params }) => {
       const secret = randomToken(TOKEN_PREFIXES.webhookSecret, 32);
       await deps.db.transaction(async (trx) => {
-        await lockInstance(trx, params.id, true);
+        await lockInstanceForRouting(trx, params.id);
         await trx('instances').where({ id: params.id }).update({ webhook_secret_sealed: deps.crypto.seal(secret), updated_at: trx.fn.now() });
         await cancelPendingDeliveries(trx, params.id);
       });

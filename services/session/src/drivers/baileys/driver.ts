@@ -43,8 +43,8 @@ import { destinationJid, isPersonJid, lidSide, normalised, phoneOf } from './jid
 import { downloadWithRetry } from './media-download.ts';
 import { messageContent } from './outbound.ts';
 import { ForwardOnlyReceipts, receiptsFromUpdates, receiptsFromUserReceipts } from './receipts.ts';
-import { KeyCache } from './key-cache.ts';
 import { SentMessages } from './sent-messages.ts';
+import { TtlCache } from './ttl-cache.ts';
 import { SerialQueue } from './serial.ts';
 import { realSocketFactory, type BaileysSocket, type SocketFactory } from './socket.ts';
 
@@ -90,6 +90,9 @@ const GROUP_REFUSALS = new Set([400, 401, 403, 404, 406]);
 /** Entries a look-up cache (groups, numbers, watched contacts) holds at most. */
 const CACHE_LIMIT = 10_000;
 const GROUP_METADATA_TTL_MS = 60_000;
+/** Signal keys kept in memory in front of the sealed store (Baileys' own default lifetime). */
+const SIGNAL_KEY_TTL_MS = 5 * 60_000;
+const SIGNAL_KEY_LIMIT = 20_000;
 const ON_NETWORK_TTL_MS = 3_600_000;
 
 // History sync kept bounded: the bootstrap chunk, push names and non-blocking data (LID mappings)
@@ -107,7 +110,7 @@ export class BaileysDriver implements NetworkDriver {
   private readonly backoff: BackoffOptions;
   private readonly keyStore;
   /** Caches the key store for every socket of this driver; emptied with the credentials. */
-  private readonly keyCache = new KeyCache();
+  private readonly keyCache = new TtlCache(SIGNAL_KEY_TTL_MS, SIGNAL_KEY_LIMIT);
   private readonly sent: SentMessages;
   private readonly receipts = new ForwardOnlyReceipts();
   private readonly events: SerialQueue;
@@ -130,10 +133,10 @@ export class BaileysDriver implements NetworkDriver {
   private lastCloseReason: string | null = null;
   /** Contacts whose presence the current socket asked for (a subscription ends with its socket). */
   private presenceWatched = new Set<string>();
-  private readonly groupCache = new Map<string, { meta: GroupMetadata; at: number }>();
+  private readonly groupCache = new TtlCache(GROUP_METADATA_TTL_MS, CACHE_LIMIT);
   /** Counts group changes heard of, so a members query that overlapped one is not cached. */
   private groupChanges = 0;
-  private readonly onNetworkCache = new Map<string, { jid: string; at: number }>();
+  private readonly onNetworkCache = new TtlCache(ON_NETWORK_TTL_MS, CACHE_LIMIT);
 
   constructor(
     private readonly ctx: DriverContext,
@@ -244,7 +247,7 @@ export class BaileysDriver implements NetworkDriver {
       shouldSyncHistoryMessage: (n) => HISTORY_TYPES_SYNCED.has(n.syncType ?? -1),
       getMessage: (key) => this.sent.get(key),
       // The members resolveDestination just read: relayMessage would otherwise query them again.
-      cachedGroupMetadata: async (jid) => this.cachedGroup(jid),
+      cachedGroupMetadata: async (jid) => this.groupCache.get<GroupMetadata>(jid),
     });
     this.sock = sock;
     this.readySocket = null;
@@ -578,8 +581,8 @@ export class BaileysDriver implements NetworkDriver {
 
   /** WhatsApp's canonical JID of a phone number; `not_on_network` when it has no account. */
   private async phoneOnNetwork(sock: BaileysSocket, phone: string, jid: string): Promise<string> {
-    const cached = this.onNetworkCache.get(phone);
-    if (cached && Date.now() - cached.at < ON_NETWORK_TTL_MS) return cached.jid;
+    const cached = this.onNetworkCache.get<string>(phone);
+    if (cached) return cached;
     let result: { jid: string; exists: boolean }[] | undefined;
     try {
       result = await sock.onWhatsApp(phone);
@@ -591,28 +594,23 @@ export class BaileysDriver implements NetworkDriver {
     if (!result) return jid;
     const found = result.find((r) => r.exists);
     if (!found) throw new SendError('not_on_network', 'the number is not on WhatsApp', true);
-    remember(this.onNetworkCache, phone, { jid: found.jid, at: Date.now() }, ON_NETWORK_TTL_MS);
+    this.onNetworkCache.set(phone, found.jid);
     return found.jid;
   }
 
   private async groupMetadata(sock: BaileysSocket, jid: string): Promise<GroupMetadata> {
-    const cached = this.cachedGroup(jid);
+    const cached = this.groupCache.get<GroupMetadata>(jid);
     if (cached) return cached;
     const changes = this.groupChanges;
     const meta = await sock.groupMetadata(jid);
     // A change of some group while the query ran may be this one's: not cached then.
-    if (changes === this.groupChanges) remember(this.groupCache, jid, { meta, at: Date.now() }, GROUP_METADATA_TTL_MS);
+    if (changes === this.groupChanges) this.groupCache.set(jid, meta);
     return meta;
   }
 
   private forgetGroup(jid: string): void {
     this.groupChanges++;
-    this.groupCache.delete(jid);
-  }
-
-  private cachedGroup(jid: string): GroupMetadata | undefined {
-    const cached = this.groupCache.get(jid);
-    return cached && Date.now() - cached.at < GROUP_METADATA_TTL_MS ? cached.meta : undefined;
+    this.groupCache.del(jid);
   }
 
   /** The network echoes our sends as own messages; we relay them like one from the phone. */
@@ -635,16 +633,6 @@ function assertMayPostTo(sock: BaileysSocket, meta: GroupMetadata): void {
   const me = new Set([normalised(sock.user?.id), normalised(sock.user?.lid)].filter(Boolean));
   const self = meta.participants.find((p) => [p.id, p.lid, p.phoneNumber].some((j) => j && me.has(normalised(j))));
   if (!self?.admin) throw new SendError('announcement_group', 'only admins can send to this announcement group', true);
-}
-
-/** Sets a time-stamped cache entry; a cache grown past CACHE_LIMIT first drops what expired. */
-function remember<V extends { at: number }>(cache: Map<string, V>, key: string, value: V, ttlMs: number): void {
-  if (cache.size >= CACHE_LIMIT) {
-    const cutoff = Date.now() - ttlMs;
-    for (const [k, v] of cache) if (v.at < cutoff) cache.delete(k);
-    if (cache.size >= CACHE_LIMIT) cache.clear();
-  }
-  cache.set(key, value);
 }
 
 class TimeoutError extends Error {

@@ -1,14 +1,15 @@
-// The cache in front of the sealed Signal key store: one per driver for all its sockets, with no
-// timers (Baileys' default cache starts an interval that nothing stops, one per socket).
+// The driver's bounded, timer-free caches: in front of the sealed Signal key store (Baileys'
+// default cache starts an interval that nothing stops, one per socket), and of its look-ups of
+// group members and numbers.
 import type { CacheStore } from '@whiskeysockets/baileys';
 
 /** Entries expire on read after `ttlMs`; the oldest go first once `maxEntries` are held. */
-export class KeyCache implements CacheStore {
+export class TtlCache implements CacheStore {
   private readonly entries = new Map<string, { value: unknown; at: number }>();
 
   constructor(
-    private readonly ttlMs = 5 * 60_000,
-    private readonly maxEntries = 20_000,
+    private readonly ttlMs: number,
+    private readonly maxEntries: number,
   ) {}
 
   get<T>(key: string): T | undefined {
@@ -33,9 +34,5 @@ export class KeyCache implements CacheStore {
 
   flushAll(): void {
     this.entries.clear();
-  }
-
-  get size(): number {
-    return this.entries.size;
   }
 }
