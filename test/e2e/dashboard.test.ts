@@ -105,6 +105,7 @@ describe('dashboard end to end (headless Chromium)', function () {
     // Sign-in: a wrong key is explained next to the field; the right one is kept in session storage only.
     await signIn(page, 'not-the-key');
     await page.getByText('This key was not accepted').waitFor();
+    assert.equal(await page.getByText(/HTTP 401/).count(), 0, 'the form says what failed, not a status code');
     await shot(page, 'sign-in-1280');
     await page.getByLabel('Administrative key').fill(server.adminKey);
     await page.getByRole('button', { name: 'Sign in' }).click();
@@ -223,6 +224,15 @@ describe('dashboard end to end (headless Chromium)', function () {
 
     assert.ok(!page.url().includes(server.adminKey), 'the key must never be in the address');
     assert.deepEqual(pageProblems, []);
+
+    // The key stops being accepted while Activity polls (three requests at a time): one sign-out,
+    // with one message.
+    await page.goto(`${server.url}/ui#/instances/${instanceId}/activity`);
+    await page.getByRole('heading', { name: 'Recent sends' }).waitFor();
+    await page.evaluate(() => sessionStorage.setItem('switchboard.adminKey', 'a-key-since-rotated'));
+    await page.getByLabel('Administrative key').waitFor();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal(await page.getByText('The administrative key is no longer accepted').count(), 1);
   });
 
   it('renames, refreshes the QR code, disconnects, renews the token, regenerates the secret and resets', async () => {

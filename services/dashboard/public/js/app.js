@@ -15,7 +15,8 @@ let disposeView = () => {};
 
 const api = createApi({
   getKey: readAdminKey,
-  onUnauthorized: () => signOut('The administrative key is no longer accepted. Sign in again.'),
+  // Once: the requests that were in flight with the refused key fail together.
+  onUnauthorized: () => readAdminKey() && signOut('The administrative key is no longer accepted. Sign in again.'),
 });
 
 const ROUTES = [

@@ -43,7 +43,7 @@ export function render(container, { api, onSignedIn }) {
 }
 
 function explain(error) {
-  if (error.status === 401) return new ApiError(401, { errors: [{ path: 'adminKey', message: 'This key was not accepted. Check it and try again.' }] });
-  if (error.status === 403) return new ApiError(403, { errors: [{ path: 'adminKey', message: 'This is an instance credential, not the administrative key.' }] });
+  if (error.status === 401) return new ApiError(401, { detail: 'Sign-in failed.', errors: [{ path: 'adminKey', message: 'This key was not accepted. Check it and try again.' }] });
+  if (error.status === 403) return new ApiError(403, { detail: 'Sign-in failed.', errors: [{ path: 'adminKey', message: 'This is an instance credential, not the administrative key.' }] });
   return error;
 }
