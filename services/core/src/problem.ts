@@ -65,4 +65,7 @@ export const problems = {
   notFound: (what: string) => new Problem(404, 'not_found', `${what} does not exist.`),
   conflict: (code: string, detail: string) => new Problem(409, code, detail),
   unavailable: (code: string, detail: string) => new Problem(503, code, detail),
+  /** A pairing-code request for an instance that keeps a linked phone: it reconnects, it does not pair. */
+  linkedAlready: () =>
+    new Problem(409, 'not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.'),
 };

@@ -181,7 +181,7 @@ export const instanceRoutes = [
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
       // A disconnected instance that kept its linked phone would reconnect with it, not pair:
       // refused without starting it, so no run-state change or event comes of the request.
-      if (row.paused && row.phone) throw linkedAlready();
+      if (row.paused && row.phone) throw problems.linkedAlready();
       await claimPairingSlot(deps, params.id);
       let reply: Record<string, unknown>;
       try {
@@ -205,10 +205,6 @@ export const instanceRoutes = [
     },
   }),
 ];
-
-function linkedAlready(): Problem {
-  return problems.conflict('not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.');
-}
 
 function needsNoPairing(err: unknown): boolean {
   return err instanceof Problem && (err.code === 'not_pairing' || err.code === 'already_connected');

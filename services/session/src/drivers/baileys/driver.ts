@@ -195,7 +195,7 @@ export class BaileysDriver implements NetworkDriver {
     if (this.connected) throw problems.conflict('already_connected', 'The instance is already connected.');
     if (!this.running) throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
     // Kept credentials of a linked phone: the socket logs in with them and never shows a QR.
-    if (this.creds && hasLinkedAccount(this.creds)) throw linkedAlready();
+    if (this.creds && hasLinkedAccount(this.creds)) throw problems.linkedAlready();
     const readyTimeout = this.opts.pairingReadyTimeoutMs ?? 20_000;
     const budget = this.opts.qrRefsBudgetMs ?? QR_REFS_BUDGET_MS;
     let sock = await this.waitUntilReady(readyTimeout);
@@ -226,7 +226,7 @@ export class BaileysDriver implements NetworkDriver {
     } finally {
       await old?.end(undefined).catch(() => {});
     }
-    if (!this.running) throw problems.conflict('not_pairing', 'The session stopped while the pairing code was requested.');
+    if (!this.running) throw stoppedWhilePairing();
   }
 
   private async openSocket(): Promise<void> {
@@ -264,7 +264,7 @@ export class BaileysDriver implements NetworkDriver {
     this.sock = null;
     this.readySocket = null;
     // A pairing-code request waiting for a QR gets none now: answered at once, not after its time-out.
-    for (const waiter of this.readyWaiters.splice(0)) waiter.reject(problems.conflict('not_pairing', 'The session stopped while the pairing code was requested.'));
+    for (const waiter of this.readyWaiters.splice(0)) waiter.reject(stoppedWhilePairing());
   }
 
   private async closeSocket(): Promise<void> {
@@ -370,7 +370,7 @@ export class BaileysDriver implements NetworkDriver {
     if (update.connection === 'open') {
       this.connected = true;
       // Logged in with kept credentials while a pairing-code request waited for a QR: none will come.
-      for (const waiter of this.readyWaiters.splice(0)) waiter.reject(linkedAlready());
+      for (const waiter of this.readyWaiters.splice(0)) waiter.reject(problems.linkedAlready());
       this.lastCloseReason = null;
       this.reconnectAttempt = 0;
       await this.report('connected', { phone: phoneOf(sock.user?.id) });
@@ -656,6 +656,6 @@ function quieterLevel(parent: Logger, wanted: string): string {
   return parent.levelVal > wantedValue ? parent.level : wanted;
 }
 
-function linkedAlready(): Problem {
-  return problems.conflict('not_pairing', 'The instance reconnects with the credentials of its linked phone; reset it to pair another one.');
+function stoppedWhilePairing(): Problem {
+  return problems.conflict('not_pairing', 'The session stopped while the pairing code was requested.');
 }
