@@ -100,14 +100,16 @@ function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): vo
       return;
     }
   }
-  const [status, code, detail] =
-    err.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'headers_too_large', 'The request line or headers are too large.']
-      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'request_timeout', 'The request was not received in time.']
-        : [400, 'malformed_request', 'The request is not valid HTTP.'];
+  const [status, code, detail] = PARSER_REFUSALS[err.code ?? ''] ?? [400, 'malformed_request', 'The request is not valid HTTP.'];
   writeProblem(socket, status, code, detail);
 }
+
+/** What a refusal of Node's parser means to the client (RFC 9110 §9.1: an unknown method is 501). */
+const PARSER_REFUSALS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'headers_too_large', 'The request line or headers are too large.'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request_timeout', 'The request was not received in time.'],
+  HPE_INVALID_METHOD: [501, 'method_not_implemented', 'This server does not know the request method; use GET, POST, PUT, PATCH or DELETE.'],
+};
 
 function problemBody(status: number, code: string, detail: string): string {
   return JSON.stringify(new Problem(status, code, detail).toJSON());

@@ -127,6 +127,8 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.deepEqual(problemOf(await rawRequest(t.url, twoCredentials)), [400, 'duplicate_header']);
       assert.deepEqual(problemOf(await rawRequest(t.url, 'GET /health HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n')), [417, 'expectation_failed']);
       assert.deepEqual(problemOf(await rawRequest(t.url, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n')), [405, 'method_not_allowed']);
+      // A method no HTTP parser knows is not implemented, rather than a malformed request.
+      assert.deepEqual(problemOf(await rawRequest(t.url, 'FETCHALL /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')), [501, 'method_not_implemented']);
     });
 
     it('answers the complete requests before refusing the bytes after them (pipelining)', async () => {
