@@ -562,7 +562,7 @@ describe('rate limit, origin and proxy handling', function () {
     assert.ok(Number(limited.headers.get('retry-after')) >= 1);
     assert.ok(Number(limited.headers.get('ratelimit-reset')) >= 1);
     // The router serves the probes in any case and with a trailing slash; so does the exemption.
-    for (const probe of ['/health', '/health/', '/HEALTH', '/Ready']) assert.equal((await t.client().get(probe)).status, 200, probe);
+    for (const probe of ['/health', '/health/', '/HEALTH', '/Ready', '/metrics', '/METRICS/']) assert.equal((await t.client().get(probe)).status, 200, probe);
     // X-Forwarded-For is ignored without TRUST_PROXY: still the same client.
     assertProblem(await t.admin.get('/api/projects', { 'x-forwarded-for': '203.0.113.9' }), 429);
     // A page of an allowed origin can read the 429 and when to retry.

@@ -7,6 +7,7 @@
 // middleware reuses it instead of nesting a second one.
 import type { Context, Next } from 'koa';
 import { context, trace } from '@opentelemetry/api';
+import { probePath } from './probe-paths.ts';
 import { contextFromHeaders, markFailed, scrubCredentials, scrubPath, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
 
 /** Route label of requests that matched no route (bounded: never the raw path). */
@@ -50,7 +51,7 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
 /** GET /metrics: the Prometheus exposition, without credentials (like /health). */
 export function metricsEndpoint(metrics: Metrics) {
   return async (ctx: Context, next: Next): Promise<void> => {
-    if (ctx.path !== '/metrics' || ctx.method !== 'GET') return next();
+    if (probePath(ctx.path) !== '/metrics' || ctx.method !== 'GET') return next();
     ctx.body = await metrics.render();
     ctx.type = metrics.contentType;
   };
@@ -59,5 +60,5 @@ export function metricsEndpoint(metrics: Metrics) {
 function routeOf(ctx: Context): string {
   const matched = (ctx as Context & { _matchedRoute?: string | RegExp })._matchedRoute;
   if (typeof matched === 'string') return matched;
-  return ctx.path === '/metrics' ? '/metrics' : UNMATCHED;
+  return probePath(ctx.path) === '/metrics' ? '/metrics' : UNMATCHED;
 }
