@@ -75,22 +75,31 @@ const answerPending = new WeakSet<Duplex>();
 
 /** A request Node's HTTP parser refused (oversized headers, a malformed request line) gets a
  *  problem document like every other error, instead of Node's bare status line. */
-function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): void {
-  if (err.code === 'ECONNRESET' || !socket.writable) {
+function answerUnparsableRequest(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET') {
     socket.destroy();
     return;
   }
   if (answerPending.has(socket)) return; // the parser repeats its error for every later chunk
+  answerRefusal(socket, refusalOf(err), Boolean(err.code?.startsWith('HPE_')));
+}
+
+type Refusal = [status: number, code: string, detail: string];
+
+function answerRefusal(socket: Duplex, refusal: Refusal, parseError: boolean): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
   const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (inFlight) {
     // Refused bytes after complete requests (pipelined): those requests were served, so their
     // answers go out first — a client must not take a send that was queued for one that failed.
-    if (err.code?.startsWith('HPE_') && inFlight.req?.complete) {
+    if (parseError && inFlight.req?.complete) {
       answerPending.add(socket);
-      delete (err as { rawPacket?: unknown }).rawPacket; // the refused bytes; nothing needs them
       inFlight.once('finish', () => {
         answerPending.delete(socket);
-        answerUnparsableRequest(err, socket);
+        answerRefusal(socket, refusal, parseError);
       });
       return;
     }
@@ -100,16 +109,31 @@ function answerUnparsableRequest(err: NodeJS.ErrnoException, socket: Duplex): vo
       return;
     }
   }
-  const [status, code, detail] = PARSER_REFUSALS[err.code ?? ''] ?? [400, 'malformed_request', 'The request is not valid HTTP.'];
-  writeProblem(socket, status, code, detail);
+  writeProblem(socket, ...refusal);
 }
 
-/** What a refusal of Node's parser means to the client (RFC 9110 §9.1: an unknown method is 501). */
-const PARSER_REFUSALS: Record<string, [number, string, string]> = {
-  HPE_HEADER_OVERFLOW: [431, 'headers_too_large', 'The request line or headers are too large.'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request_timeout', 'The request was not received in time.'],
-  HPE_INVALID_METHOD: [501, 'method_not_implemented', 'This server does not know the request method; use GET, POST, PUT, PATCH or DELETE.'],
-};
+/** A well-formed request line whose method the parser does not know (RFC 9110 §9.1: 501). */
+const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ \S+ HTTP\/\d\.\d\r?$/;
+
+/** What a refusal of Node's parser means to the client. */
+function refusalOf(err: NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParsed?: number }): Refusal {
+  if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'headers_too_large', 'The request line or headers are too large.'];
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'request_timeout', 'The request was not received in time.'];
+  if (err.code === 'HPE_INVALID_METHOD' && REQUEST_LINE.test(refusedLine(err))) {
+    return [501, 'method_not_implemented', 'This server does not know the request method; use GET, POST, PUT, PATCH or DELETE.'];
+  }
+  return [400, 'malformed_request', 'The request is not valid HTTP.'];
+}
+
+/** The line the parser stopped in (requests pipelined before it are in the packet too). */
+function refusedLine(err: { rawPacket?: Buffer; bytesParsed?: number }): string {
+  const raw = err.rawPacket;
+  if (!raw) return '';
+  const at = Math.min(err.bytesParsed ?? 0, raw.length);
+  const start = at > 0 ? raw.lastIndexOf(0x0a, at - 1) + 1 : 0;
+  const end = raw.indexOf(0x0a, at);
+  return raw.subarray(start, end < 0 ? raw.length : end).toString('latin1');
+}
 
 function problemBody(status: number, code: string, detail: string): string {
   return JSON.stringify(new Problem(status, code, detail).toJSON());

@@ -135,6 +135,7 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
       const get = 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n';
       assert.deepEqual(statuses(await rawRequest(t.url, `${get}${get}GARBAGE\r\n\r\n`)), [200, 200, 400]);
+      assert.deepEqual(statuses(await rawRequest(t.url, `${get}FETCHALL /health HTTP/1.1\r\nHost: x\r\n\r\n`)), [200, 501]);
       const body = JSON.stringify({ name: 'Pipelined' });
       const post = `POST /api/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${t.adminKey}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
       const answer = await rawRequest(t.url, `${post}GARBAGE\r\n\r\n`);
@@ -340,7 +341,10 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
 
         assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'x' }), 400);
         // A project id longer than any project's used to reach the database (500).
-        assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'ERP', projectId: 'a'.repeat(41) }), 400);
+        const tooLong = await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'ERP', projectId: 'A'.repeat(41) });
+        assertProblem(tooLong, 400);
+        // Too long and of the wrong pattern: one entry for the field, not one per rule it breaks.
+        assert.deepEqual(tooLong.body.errors.map((e: { path: string }) => e.path), ['projectId']);
         assertProblem(await t.admin.post(`/api/instances/${inst.id}/apps`, { name: name(71) }), 400);
         const app = await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'ERP', projectId: null });
         assert.equal(app.status, 201);

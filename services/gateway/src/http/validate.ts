@@ -1,4 +1,5 @@
-// zod → problem document with one entry per field problem.
+// zod → problem document with one entry per field: its first problem (a value too long and of the
+// wrong pattern would otherwise be listed twice).
 import type { z } from 'zod';
 import { problems, type FieldProblem } from '@switchboard/core';
 
@@ -11,15 +12,15 @@ export function parseOrThrow<T>(schema: z.ZodType<T>, value: unknown, where: 'bo
 }
 
 export function fieldProblems(error: z.ZodError, where: 'body' | 'query'): FieldProblem[] {
-  const out: FieldProblem[] = [];
+  const byPath = new Map<string, string>();
+  const add = (path: string, message: string) => byPath.has(path) || byPath.set(path, message);
   for (const issue of error.issues) {
     const base = issue.path.map(String);
     if (issue.code === 'unrecognized_keys') {
-      for (const key of issue.keys) out.push({ path: [...base, key].join('.'), message: 'unknown field' });
+      for (const key of issue.keys) add([...base, key].join('.'), 'unknown field');
       continue;
     }
-    const path = base.join('.') || where;
-    out.push({ path, message: issue.code === 'invalid_type' && issue.input === undefined ? 'required' : issue.message });
+    add(base.join('.') || where, issue.code === 'invalid_type' && issue.input === undefined ? 'required' : issue.message);
   }
-  return out;
+  return [...byPath].map(([path, message]) => ({ path, message }));
 }
