@@ -167,6 +167,10 @@ for (const mode of modes) {
         [{ phone: '5511988887777', type: 'text', text: 'x'.repeat(16001) }, 400],
         [{ phone: '5511988887777', type: 'text', text: 'x', base64: mediaFixtures.png.base64() }, 400],
         [{ phone: '5511988887777', type: 'text', text: 'x', mimetype: 'image/png' }, 400],
+        // Fields the type cannot carry would be dropped unsent.
+        [{ phone: '5511988887777', type: 'text', text: 'x', caption: 'no' }, 400],
+        [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', text: 'words go in caption' }, 400],
+        [{ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', caption: 'no' }, 400],
         [{ phone: '5511988887777', type: 'image', mimetype: 'image/png' }, 400],
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64() }, 400],
         [{ phone: '5511988887777', type: 'image', base64: `data:image/png;base64,${mediaFixtures.png.base64()}`, mimetype: 'image/png' }, 400],

@@ -41,13 +41,15 @@ export const WebhookConfig = z.object({
 export const MESSAGE_TYPES = ['text', 'image', 'audio', 'video', 'document', 'sticker'] as const;
 /** DESIGN's phone forms, each with a length bound (the column holds 64 characters; real group
  *  ids and LIDs are under 30 digits). An unbounded form was a database error, not a 400. */
-export const PHONE_FORMS = [/^\d{8,15}$/, /^\d{1,30}-group$/, /^\d{1,30}(-\d{1,15})?@g\.us$/, /^\d{1,30}@lid$/];
+const PHONE_FORMS = ['\\d{8,15}', '\\d{1,30}-group', '\\d{1,30}(-\\d{1,15})?@g\\.us', '\\d{1,30}@lid'];
+/** One pattern, so the OpenAPI document states exactly what the server enforces. */
+const PHONE = new RegExp(`^(?:${PHONE_FORMS.join('|')})$`);
 /** The optional Idempotency-Key header of a send: the same in the route's check and the OpenAPI document. */
 export const IdempotencyKey = z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/, 'printable ASCII');
 
 export const SendBody = z
   .object({
-    phone: z.string().refine((p) => PHONE_FORMS.some((re) => re.test(p)), 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
+    phone: z.string().regex(PHONE, 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
     type: z.enum(MESSAGE_TYPES),
     text: z.string().max(16000).optional(),
     base64: z.string().optional(),
@@ -59,15 +61,18 @@ export const SendBody = z
   .superRefine((b, ctx) => {
     if (b.type === 'text') {
       if (b.text === undefined || b.text.length === 0) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
-      // A file on a text send would be dropped unsent: the client meant a media type.
-      for (const field of ['base64', 'mimetype'] as const) {
-        if (b[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file is sent with a media type)' });
+      // A file or a caption on a text send would be dropped unsent: the client meant a media type.
+      for (const field of ['base64', 'mimetype', 'caption'] as const) {
+        if (b[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file and its caption are sent with a media type)' });
       }
       return;
     }
     if (b.base64 === undefined || b.base64.length === 0) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });
     if (b.mimetype === undefined || b.mimetype.length === 0) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
-    if (b.type === 'audio' && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
+    // Likewise dropped: `text` of a media message (its words go in caption), and a caption the
+    // network cannot carry (audio, sticker).
+    if (b.text !== undefined) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
+    if ((b.type === 'audio' || b.type === 'sticker') && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: `not allowed for ${b.type}` });
   });
 export type SendRequest = z.infer<typeof SendBody>;
 

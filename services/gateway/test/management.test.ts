@@ -496,7 +496,12 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal(res.status, 200);
         assert.deepEqual(res.body, { from: '2020-01-01', to: '2020-01-31', rows: [] });
         assert.equal((await t.admin.get('/api/stats')).status, 200);
-        assert.equal((await t.admin.get('/api/stats?projectId=none&instanceId=none')).status, 200);
+        // A mistyped filter is a 404 naming what is absent, not a range without traffic.
+        for (const [query, absent] of [['projectId=none', /project/], ['instanceId=none', /instance/]] as const) {
+          const res = await t.admin.get(`/api/stats?${query}`);
+          assertProblem(res, 404, 'not_found');
+          assert.match(res.body.detail, absent);
+        }
         assertProblem(await t.admin.get('/api/stats?from=yesterday'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-02-30'), 400);
         assertProblem(await t.admin.get('/api/stats?from=2020-01-01garbage'), 400);

@@ -5,6 +5,7 @@ import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { API_VERSION } from '../openapi.ts';
 import { DATE_TIME, StatsQuery } from '../schemas.ts';
+import { assertProjectExists, loadInstance } from './common.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -46,6 +47,7 @@ export const adminRoutes = [
     query: StatsQuery,
     responses: {
       200: z.object({ from: z.string(), to: z.string(), rows: z.array(z.object({ date: z.string(), direction: z.enum(['outbound', 'inbound']), type: z.string(), count: z.number() })) }),
+      404: 'project or instance absent',
     },
     handler: async ({ deps, query }) => {
       // Defaults: the 30 days up to today; a lone `from` runs to today (or to itself, if later).
@@ -55,6 +57,9 @@ export const adminRoutes = [
       const to = parseDay(query.to, 'to') ?? (givenFrom && givenFrom > today ? givenFrom : today);
       const from = givenFrom ?? new Date(to.getTime() - 29 * DAY_MS);
       if (from > to) throw problems.validation([{ path: 'from', message: 'must not be after to' }]);
+      // A mistyped id is a 404, not a range without traffic.
+      await assertProjectExists(deps, query.projectId);
+      if (query.instanceId) await loadInstance(deps, query.instanceId);
       const rows = await countMessages(deps, from, new Date(to.getTime() + DAY_MS), query.projectId, query.instanceId);
       return { body: { from: from.toISOString().slice(0, 10), to: to.toISOString().slice(0, 10), rows } };
     },

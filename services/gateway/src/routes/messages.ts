@@ -1,5 +1,5 @@
 // The send queue: accept (202), list the last 50, read one, cancel while queued.
-import { problems, recordSendFailure } from '@switchboard/core';
+import { Problem, problems, recordSendFailure, type Db } from '@switchboard/core';
 import { route } from '../http/route.ts';
 import { Accepted, IdempotencyKey, SendBody, SendItemRecord, listOf } from '../schemas.ts';
 import { sendItemRecord } from '../records.ts';
@@ -64,7 +64,7 @@ export const messageRoutes = [
     responses: { 200: SendItemRecord, 404: 'absent' },
     handler: async ({ deps, params }) => {
       const row = await deps.db('send_items').where({ instance_id: params.id, id: params.messageId }).first();
-      if (!row) throw problems.notFound('The message');
+      if (!row) throw await absentMessage(deps.db, params.id);
       return { body: sendItemRecord(row) };
     },
   }),
@@ -78,7 +78,7 @@ export const messageRoutes = [
     handler: async ({ deps, params }) => {
       const outcome = await deps.db.transaction(async (trx) => {
         const item = (await trx('send_items').where({ instance_id: params.id, id: params.messageId }).forUpdate().first()) as SendItemRow | undefined;
-        if (!item) throw problems.notFound('The message');
+        if (!item) throw await absentMessage(trx, params.id);
         if (item.status !== 'queued') return { refused: item.status };
         // Past its time but not yet swept: it is expired, not cancellable (the sweeper's work, done now).
         if (isExpired(item)) {
@@ -99,3 +99,10 @@ export const messageRoutes = [
     },
   }),
 ];
+
+/** The 404 of a message that is not there, naming the instance when that is what is missing
+ *  (the administrative key reaches any instance id, so it may name none). */
+async function absentMessage(db: Db, instanceId: string): Promise<Problem> {
+  const instance = await db('instances').where({ id: instanceId }).first('id');
+  return problems.notFound(instance ? 'The message' : 'The instance');
+}
