@@ -58,7 +58,14 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
     await receiver.waitForRequests(events, 300_000);
     const dispatcherPerSecond = ratePerSecond(receiver, events);
     progress(`dispatcher: ${dispatcherPerSecond.toFixed(0)} deliveries/s (${describeGaps(receiver, events)})`);
-    await waitUntil('deliveries recorded', async () => Number((await db('deliveries').where({ instance_id: inst.id, status: 'delivered' }).count({ n: '*' }).first())!.n) === events, 30_000);
+    const lastArrival = Date.now();
+    await waitUntil('deliveries recorded', async () => Number((await db('deliveries').where({ instance_id: inst.id, status: 'delivered' }).count({ n: '*' }).first())!.n) === events, 30_000).catch(async (err) => {
+      const statuses = await db('deliveries').where({ instance_id: inst.id }).groupBy('status').select('status').count({ n: '*' });
+      throw new Error(`${err.message}; deliveries by status: ${JSON.stringify(statuses)}; ${receiver.requests.length} requests arrived`);
+    });
+    // Results are written in batches behind the posts; a long lag would mean the rate above is
+    // not one the dispatcher can keep up.
+    progress(`every result recorded ${Date.now() - lastArrival} ms after the last arrival`);
     return { events, dispatcherPerSecond, baselinePerSecond, ratio: dispatcherPerSecond / baselinePerSecond };
   } finally {
     await bus.close();
