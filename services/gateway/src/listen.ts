@@ -80,7 +80,8 @@ function answerUnparsableRequest(err: NodeJS.ErrnoException & { rawPacket?: Buff
     socket.destroy();
     return;
   }
-  if (answerPending.has(socket)) return; // the parser repeats its error for every later chunk
+  // The parser repeats its error for every later chunk: answered once, then left to finish.
+  if (answerPending.has(socket) || socket.writableEnded) return;
   answerRefusal(socket, refusalOf(err), Boolean(err.code?.startsWith('HPE_')));
 }
 
@@ -112,6 +113,7 @@ function answerRefusal(socket: Duplex, refusal: Refusal, parseError: boolean): v
   writeProblem(socket, ...refusal);
 }
 
+const METHOD_CHAR = /^[!#$%&'*+.^_`|~0-9A-Za-z-]$/;
 /** A well-formed request line whose method the parser does not know (RFC 9110 §9.1: 501). */
 const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ \S+ HTTP\/\d\.\d\r?$/;
 
@@ -120,17 +122,19 @@ function refusalOf(err: NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParse
   if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'headers_too_large', 'The request line or headers are too large.'];
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'request_timeout', 'The request was not received in time.'];
   if (err.code === 'HPE_INVALID_METHOD' && REQUEST_LINE.test(refusedLine(err))) {
-    return [501, 'method_not_implemented', 'This server does not know the request method; use GET, POST, PUT, PATCH or DELETE.'];
+    return [501, 'method_not_implemented', 'This server does not know the request method; the API uses GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS.'];
   }
   return [400, 'malformed_request', 'The request is not valid HTTP.'];
 }
 
-/** The line the parser stopped in (requests pipelined before it are in the packet too). */
+/** The request line the parser stopped in: from the method's first character (requests pipelined
+ *  before it are in the packet too, and a body may end right before it) to the line's end. */
 function refusedLine(err: { rawPacket?: Buffer; bytesParsed?: number }): string {
   const raw = err.rawPacket;
   if (!raw) return '';
   const at = Math.min(err.bytesParsed ?? 0, raw.length);
-  const start = at > 0 ? raw.lastIndexOf(0x0a, at - 1) + 1 : 0;
+  let start = at;
+  while (start > 0 && METHOD_CHAR.test(String.fromCharCode(raw[start - 1]))) start--;
   const end = raw.indexOf(0x0a, at);
   return raw.subarray(start, end < 0 ? raw.length : end).toString('latin1');
 }

@@ -51,10 +51,10 @@ export const SendBody = z
   .object({
     phone: z.string().regex(PHONE, 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
     type: z.enum(MESSAGE_TYPES),
-    text: z.string().max(16000).optional(),
+    text: z.string().max(16000).optional().describe('The message of type text (required there; not allowed with media types, whose words go in caption).'),
     base64: z.string().optional(),
     mimetype: z.string().max(255).optional(),
-    caption: z.string().max(16000).optional(),
+    caption: z.string().max(16000).optional().describe('Words shown with an image, video or document; not allowed for audio, sticker or text.'),
     fileName: z.string().min(1).max(255).optional(),
     ptt: z.boolean().optional(),
   })
@@ -62,17 +62,20 @@ export const SendBody = z
     if (b.type === 'text') {
       if (b.text === undefined || b.text.length === 0) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
       // A file or a caption on a text send would be dropped unsent: the client meant a media type.
-      for (const field of ['base64', 'mimetype', 'caption'] as const) {
-        if (b[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file and its caption are sent with a media type)' });
+      for (const field of ['base64', 'mimetype'] as const) {
+        if (b[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file is sent with a media type)' });
       }
+      if (b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for type text (a caption goes with a media type)' });
       return;
     }
     if (b.base64 === undefined || b.base64.length === 0) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });
     if (b.mimetype === undefined || b.mimetype.length === 0) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
     // Likewise dropped: `text` of a media message (its words go in caption), and a caption the
     // network cannot carry (audio, sticker).
-    if (b.text !== undefined) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
-    if ((b.type === 'audio' || b.type === 'sticker') && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: `not allowed for ${b.type}` });
+    // An empty string is no content: clients that send every field blank are not refused for it.
+    if (b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
+    if (b.type === 'audio' && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
+    if (b.type === 'sticker' && b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for sticker' });
   });
 export type SendRequest = z.infer<typeof SendBody>;
 

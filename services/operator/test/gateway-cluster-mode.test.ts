@@ -79,25 +79,6 @@ describe('gateway process in cluster mode (fake Kubernetes API)', function () {
     await admin.delete(`/api/instances/${id}`);
   });
 
-  it('a project deleted through the API is no longer named by its instances\' resources', async () => {
-    // Project ids are the client's to choose: a new project with the old id must not take the
-    // instances back when the operator next follows their resources.
-    const project = (await admin.post('/api/projects', { name: 'Short-lived' })).body;
-    const { id } = (await admin.post('/api/instances', { name: 'Outliving line', projectId: project.id })).body;
-    assert.equal(resource(id)?.spec.projectRef, project.id);
-    fake.setUnavailable(true);
-    try {
-      assert.equal((await admin.delete(`/api/projects/${project.id}`)).status, 503);
-      assert.equal((await admin.get(`/api/instances/${id}`)).body.projectId, project.id, 'the records stay as they were');
-    } finally {
-      fake.setUnavailable(false);
-    }
-    assert.equal((await admin.delete(`/api/projects/${project.id}`)).status, 200);
-    assert.equal(resource(id)?.spec.projectRef, undefined);
-    assert.equal((await admin.get(`/api/instances/${id}`)).body.projectId, null);
-    await admin.delete(`/api/instances/${id}`);
-  });
-
   it('answers 503 while the Kubernetes API is unavailable and keeps the records unchanged', async () => {
     const kept = (await admin.post('/api/instances', { name: 'Kept line' })).body;
     fake.setUnavailable(true);

@@ -28,7 +28,7 @@ async function mirrorCreated(deps: GatewayDeps, row: any): Promise<void> {
 /** Cluster mode: changes the Instance resource, then stamps the record with the resource's new
  *  version before the caller writes the record, so an operator reconcile that read the resource
  *  before this change cannot write the older spec over it (core/instance-spec-stamp.ts). */
-export async function updateResource(deps: GatewayDeps, id: string, changes: InstanceChanges): Promise<void> {
+async function updateResource(deps: GatewayDeps, id: string, changes: InstanceChanges): Promise<void> {
   const stamp = await deps.resources?.update(id, changes);
   if (stamp) await recordSpecStamp(deps.db, id, stamp);
 }

@@ -1,21 +1,9 @@
 // Projects group instances; deleting one keeps its instances (their projectId becomes null).
 import { newResourceId, problems } from '@switchboard/core';
-import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { Deleted, ProjectBody, ProjectRecord, listOf } from '../schemas.ts';
 import { projectRecord } from '../records.ts';
 import { deleted } from './common.ts';
-import { updateResource } from './instances.ts';
-
-/** Cluster mode: the project's Instance resources stop naming it before the records do (the
- *  resource first, as a move does: a 503 leaves the records as they were). Otherwise the
- *  operator, which follows the resources, would move the instances back into a new project that
- *  takes the same id. */
-async function detachResources(deps: GatewayDeps, projectId: string): Promise<void> {
-  if (!deps.resources) return;
-  const ids: string[] = await deps.db('instances').where({ project_id: projectId }).pluck('id');
-  for (const id of ids) await updateResource(deps, id, { projectId: null });
-}
 
 export const projectRoutes = [
   route({
@@ -70,7 +58,6 @@ export const projectRoutes = [
     summary: 'Delete a project; its instances and integration keys stay, without project',
     responses: { 200: Deleted, 404: 'absent' },
     handler: async ({ deps, params }) => {
-      await detachResources(deps, params.id);
       const count = await deps.db.transaction(async (trx): Promise<number> => {
         await trx('instances').where({ project_id: params.id }).update({ project_id: null, updated_at: trx.fn.now() });
         await trx('app_keys').where({ project_id: params.id }).update({ project_id: null });
