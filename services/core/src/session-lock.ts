@@ -16,6 +16,21 @@ export function sessionLockKey(instanceId: string): string {
  * may still run there, connected to the database and to WhatsApp.
  */
 export async function noSessionHolds(trx: Knex.Transaction, instanceId: string): Promise<boolean> {
-  const { rows } = await trx.raw('SELECT pg_try_advisory_xact_lock(?::bigint) AS free', [sessionLockKey(instanceId)]);
-  return Boolean(rows[0]?.free);
+  for (const waitMs of [...CHECKER_RELEASE_WAITS_MS, undefined]) {
+    const { rows } = await trx.raw('SELECT pg_try_advisory_xact_lock(?::bigint) AS free', [sessionLockKey(instanceId)]);
+    if (rows[0]?.free) return true;
+    if (waitMs === undefined) return false;
+    await new Promise((r) => setTimeout(r, waitMs));
+  }
+  return false;
 }
+
+/**
+ * Another check of the same instance (lockUnheldInstance, which locks the row first) may hold the
+ * owner lock for a moment after it let go of the row: at commit PostgreSQL frees row locks before
+ * advisory ones, so a transaction that waited for the row can try the owner lock in between and
+ * take a brief check for a session. Such a check is retried after these waits before it counts
+ * as a session's (which holds the lock for its whole life); a few percent of back-to-back checks
+ * hit that gap.
+ */
+const CHECKER_RELEASE_WAITS_MS = [5, 10, 20];
