@@ -16,6 +16,7 @@ import type { SigningLoopJob } from '../signing-loop.ts';
 
 export interface DispatcherFigures {
   events: number;
+  replicas: number;
   dispatcherPerSecond: number;
   baselinePerSecond: number;
   ratio: number;
@@ -23,6 +24,9 @@ export interface DispatcherFigures {
 
 /** The dispatcher's default per-destination concurrency (scheduler.ts); the loop uses the same. */
 export const PER_DESTINATION_CONCURRENCY = Number(process.env.BENCH_DISPATCH_CONCURRENCY ?? 4);
+/** Dispatcher replicas (BENCH_DISPATCHERS, default 1; the chart deploys 2). The cap is per replica,
+ *  so the loop then posts with as many requests in flight as all replicas together may. */
+export const DISPATCHER_REPLICAS = Number(process.env.BENCH_DISPATCHERS ?? 1);
 
 export async function measureDispatcher(bench: BenchCluster, events: number, progress: (l: string) => void): Promise<DispatcherFigures> {
   const receiver = await startHttpsReceiver();
@@ -53,20 +57,22 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
     }
     progress(`bare undici loop: ${baselinePerSecond.toFixed(0)} posts/s`);
 
-    progress(`${events} events recorded and published; starting the dispatcher`);
-    bench.cluster.startDispatcher();
+    progress(`${events} events recorded and published; starting ${DISPATCHER_REPLICAS} dispatcher replica(s)`);
+    for (let i = 0; i < DISPATCHER_REPLICAS; i++) bench.cluster.startDispatcher();
     await receiver.waitForRequests(events, 300_000);
     const dispatcherPerSecond = ratePerSecond(receiver, events);
     progress(`dispatcher: ${dispatcherPerSecond.toFixed(0)} deliveries/s (${describeGaps(receiver, events)})`);
     const lastArrival = Date.now();
-    await waitUntil('deliveries recorded', async () => Number((await db('deliveries').where({ instance_id: inst.id, status: 'delivered' }).count({ n: '*' }).first())!.n) === events, 30_000).catch(async (err) => {
-      const statuses = await db('deliveries').where({ instance_id: inst.id }).groupBy('status').select('status').count({ n: '*' });
+    // The bench's own events only: the instance may have recorded a connection.update of its own.
+    const ours = () => db('deliveries').join('events', 'events.id', 'deliveries.event_id').where({ 'deliveries.instance_id': inst.id, 'events.type': 'message.sent' });
+    await waitUntil('deliveries recorded', async () => Number((await ours().where('deliveries.status', 'delivered').count({ n: '*' }).first())!.n) === events, 30_000).catch(async (err) => {
+      const statuses = await ours().groupBy('deliveries.status').select('deliveries.status').count({ n: '*' });
       throw new Error(`${err.message}; deliveries by status: ${JSON.stringify(statuses)}; ${receiver.requests.length} requests arrived`);
     });
     // Results are written in batches behind the posts; a long lag would mean the rate above is
     // not one the dispatcher can keep up.
     progress(`every result recorded ${Date.now() - lastArrival} ms after the last arrival`);
-    return { events, dispatcherPerSecond, baselinePerSecond, ratio: dispatcherPerSecond / baselinePerSecond };
+    return { events, replicas: DISPATCHER_REPLICAS, dispatcherPerSecond, baselinePerSecond, ratio: dispatcherPerSecond / baselinePerSecond };
   } finally {
     await bus.close();
     await db.destroy();
@@ -98,7 +104,7 @@ function ratePerSecond(receiver: HttpsReceiver, count: number): number {
 /** Runs signing-loop.ts over the bodies against the receiver; resolves once all arrived. */
 async function signAndPost(receiver: HttpsReceiver, bodies: { id: string; body: string }[], secret: string): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'sb-signing-loop-'));
-  const job: SigningLoopJob = { origin: `https://127.0.0.1:${receiver.port}`, caPath: TEST_CA_PATH, secret, concurrency: PER_DESTINATION_CONCURRENCY, bodies };
+  const job: SigningLoopJob = { origin: `https://127.0.0.1:${receiver.port}`, caPath: TEST_CA_PATH, secret, concurrency: PER_DESTINATION_CONCURRENCY * DISPATCHER_REPLICAS, bodies };
   writeFileSync(join(dir, 'job.json'), JSON.stringify(job));
   const loop = spawnManaged({ name: 'signing-loop', args: ['--import', 'tsx', 'test/bench/signing-loop.ts'], env: { SIGNING_LOOP_JOB: join(dir, 'job.json') }, supervise: false });
   try {
