@@ -65,6 +65,9 @@ export const problems = {
   notFound: (what: string) => new Problem(404, 'not_found', `${what} does not exist.`),
   conflict: (code: string, detail: string) => new Problem(409, code, detail),
   unavailable: (code: string, detail: string) => new Problem(503, code, detail),
+  /** The database is away (a restart, a failover): the request is safe to send again. */
+  databaseUnavailable: () =>
+    new Problem(503, 'database_unavailable', 'The database cannot be reached right now; retry shortly (with the same Idempotency-Key for a send).', undefined, { 'Retry-After': '1' }),
   /** A pairing-code request for an instance that keeps a linked phone: it reconnects, it does not pair. */
   linkedAlready: () =>
     new Problem(409, 'not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.'),

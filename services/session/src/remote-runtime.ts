@@ -157,6 +157,8 @@ function toProblem(err: unknown): unknown {
       return busUnavailable();
     case 'session_busy':
       return sessionBusy(); // with its Retry-After, which the bus does not carry
+    case 'database_unavailable':
+      return problems.databaseUnavailable(); // likewise
     case 'internal':
       return new Problem(500, 'internal_error', 'The instance session failed to serve the request; it has been logged. Retry later.');
     default:

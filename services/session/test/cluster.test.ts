@@ -5,7 +5,8 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, Problem, subjects } from '@switchboard/core';
+import knexFactory from 'knex';
+import { ConfigError, Problem, subjects, type SessionRuntime } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { freePort } from '../../../test/support/server.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
@@ -217,6 +218,16 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     } finally {
       await failing.stop();
       await slow.stop();
+    }
+    // A session whose database is away (a restart) answers 503 with Retry-After, not a fault.
+    const away = knexFactory({ client: 'pg', connection: 'postgres://postgres@127.0.0.1:1/gone', pool: { min: 0, max: 1 }, acquireConnectionTimeout: 2000, log: { error: () => undefined, warn: () => undefined } });
+    const databaseAway = { call: () => away.raw('SELECT 1') } as unknown as SessionRuntime;
+    const rpc = await serveSessionRpc(env.bus, instanceId, databaseAway);
+    try {
+      assert.deepEqual(await answer(remote.call(instanceId, 'sandbox.inbound', {})), [503, 'database_unavailable', '1']);
+    } finally {
+      await rpc.stop();
+      await away.destroy();
     }
     const closedBus = await openBus({ natsUrl: NATS_URL, namespace: env.namespace, log: env.log });
     await closedBus.close();

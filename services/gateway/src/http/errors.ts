@@ -3,7 +3,7 @@
 import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
 import { trace } from '@opentelemetry/api';
-import { isDatabaseUnavailable, markFailed, Problem, scrubCredentials, type Logger } from '@switchboard/core';
+import { isDatabaseUnavailable, markFailed, Problem, problems, scrubCredentials, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
@@ -72,7 +72,7 @@ export function toProblem(err: unknown): Problem {
     return new Problem(status, 'bad_request', e.expose && e.message ? e.message : 'The request could not be processed.');
   }
   if (isDatabaseUnavailable(err)) {
-    return new Problem(503, 'database_unavailable', 'The database cannot be reached right now; retry shortly (with the same Idempotency-Key for a send).', undefined, { 'Retry-After': '1' });
+    return problems.databaseUnavailable();
   }
   return new Problem(500, 'internal_error', 'An unexpected error occurred; it has been logged. Retry later.');
 }
