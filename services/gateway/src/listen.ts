@@ -113,9 +113,11 @@ function answerRefusal(socket: Duplex, refusal: Refusal, parseError: boolean): v
   writeProblem(socket, ...refusal);
 }
 
-const METHOD_CHAR = /^[!#$%&'*+.^_`|~0-9A-Za-z-]$/;
+/** A character of a method name (RFC 9110 "tchar"). */
+const TCHAR = "[!#$%&'*+.^_`|~0-9A-Za-z-]";
+const METHOD_CHAR = new RegExp(`^${TCHAR}$`);
 /** A well-formed request line whose method the parser does not know (RFC 9110 §9.1: 501). */
-const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ \S+ HTTP\/\d\.\d\r?$/;
+const REQUEST_LINE = new RegExp(`^${TCHAR}+ \\S+ HTTP/\\d\\.\\d\\r?$`);
 
 /** What a refusal of Node's parser means to the client. */
 function refusalOf(err: NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParsed?: number }): Refusal {
