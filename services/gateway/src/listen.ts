@@ -116,7 +116,8 @@ function answerRefusal(socket: Duplex, refusal: Refusal, parseError: boolean): v
 /** A character of a method name (RFC 9110 "tchar"). */
 const TCHAR = "[!#$%&'*+.^_`|~0-9A-Za-z-]";
 const METHOD_CHAR = new RegExp(`^${TCHAR}$`);
-/** A well-formed request line whose method the parser does not know (RFC 9110 §9.1: 501). */
+/** A well-formed request line whose method the parser does not know: the client's own fault
+ *  (DESIGN §8: bad input is never a 5xx, where RFC 9110 §9.1 would suggest 501), named as such. */
 const REQUEST_LINE = new RegExp(`^${TCHAR}+ \\S+ HTTP/\\d\\.\\d\\r?$`);
 
 /** What a refusal of Node's parser means to the client. */
@@ -124,7 +125,7 @@ function refusalOf(err: NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParse
   if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'headers_too_large', 'The request line or headers are too large.'];
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'request_timeout', 'The request was not received in time.'];
   if (err.code === 'HPE_INVALID_METHOD' && REQUEST_LINE.test(refusedLine(err))) {
-    return [501, 'method_not_implemented', 'This server does not know the request method; the API uses GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS.'];
+    return [400, 'unknown_method', 'The request method is not one this server knows; the API uses GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS.'];
   }
   return [400, 'malformed_request', 'The request is not valid HTTP.'];
 }

@@ -51,10 +51,10 @@ export const SendBody = z
   .object({
     phone: z.string().regex(PHONE, 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
     type: z.enum(MESSAGE_TYPES),
-    text: z.string().max(16000).optional().describe('The message of type text (required there; not allowed with media types, whose words go in caption).'),
+    text: z.string().max(16000).optional().describe('The message of type text (required there). Media types take their words in caption; a non-empty text there is refused.'),
     base64: z.string().optional(),
     mimetype: z.string().max(255).optional(),
-    caption: z.string().max(16000).optional().describe('Words shown with an image, video or document; not allowed for audio, sticker or text.'),
+    caption: z.string().max(16000).optional().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on sticker or text.'),
     fileName: z.string().min(1).max(255).optional(),
     ptt: z.boolean().optional(),
   })
