@@ -16,13 +16,12 @@ export function sessionLockKey(instanceId: string): string {
  * may still run there, connected to the database and to WhatsApp.
  */
 export async function noSessionHolds(trx: Knex.Transaction, instanceId: string): Promise<boolean> {
-  for (const waitMs of [...CHECKER_RELEASE_WAITS_MS, undefined]) {
+  for (let attempt = 0; ; attempt++) {
     const { rows } = await trx.raw('SELECT pg_try_advisory_xact_lock(?::bigint) AS free', [sessionLockKey(instanceId)]);
     if (rows[0]?.free) return true;
-    if (waitMs === undefined) return false;
-    await new Promise((r) => setTimeout(r, waitMs));
+    if (attempt === CHECKER_RELEASE_WAITS_MS.length) return false;
+    await new Promise((r) => setTimeout(r, CHECKER_RELEASE_WAITS_MS[attempt]));
   }
-  return false;
 }
 
 /**

@@ -62,7 +62,7 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
     await receiver.waitForRequests(events, 300_000);
     const dispatcherPerSecond = ratePerSecond(receiver, events);
     progress(`dispatcher: ${dispatcherPerSecond.toFixed(0)} deliveries/s (${describeGaps(receiver, events)})`);
-    const lastArrival = Date.now();
+    const lastArrival = receiver.requests.reduce((latest, r) => Math.max(latest, r.receivedAt), 0);
     // The bench's own events only: the instance may have recorded a connection.update of its own.
     const ours = () => db('deliveries').join('events', 'events.id', 'deliveries.event_id').where({ 'deliveries.instance_id': inst.id, 'events.type': 'message.sent' });
     await waitUntil('deliveries recorded', async () => Number((await ours().where('deliveries.status', 'delivered').count({ n: '*' }).first())!.n) === events, 30_000).catch(async (err) => {
