@@ -70,5 +70,5 @@ export const problems = {
     new Problem(503, 'database_unavailable', 'The database cannot be reached right now; retry shortly (with the same Idempotency-Key for a send).', undefined, { 'Retry-After': '1' }),
   /** A pairing-code request for an instance that keeps a linked phone: it reconnects, it does not pair. */
   linkedAlready: () =>
-    new Problem(409, 'not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.'),
+    problems.conflict('not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.'),
 };

@@ -27,6 +27,8 @@ export interface DesiredInstance {
 
 /** States only a running session records: a record left in one by a dead session is stale. */
 const LIVE_STATES = new Set(['connected', 'awaiting_scan']);
+/** A record that says a session is up: one no session holds was left so by a dead one. */
+const claimsLiveSession = (r: { state: string; paused: boolean }) => !r.paused && LIVE_STATES.has(r.state);
 
 export class InstanceStore {
   constructor(
@@ -110,7 +112,7 @@ export class InstanceStore {
    *  while no session holds the instance's owner lock: their session process died (kill -9, a
    *  crash, a lost node) without recording it. One look at pg_locks for them all. */
   async withoutLiveSession(rows: Pick<InstanceRow, 'id' | 'state' | 'paused'>[]): Promise<string[]> {
-    const live = rows.filter((r) => !r.paused && LIVE_STATES.has(r.state));
+    const live = rows.filter(claimsLiveSession);
     if (!live.length) return [];
     const { rows: held } = await this.db.raw(
       `SELECT ((classid::bigint << 32) | objid::bigint)::text AS key FROM pg_locks
@@ -126,7 +128,7 @@ export class InstanceStore {
    *  record still says one is up. True when recorded. */
   async recordSessionLost(id: string): Promise<boolean> {
     return recordStateIfUnheld(this.db, id, (row) =>
-      row.paused || !LIVE_STATES.has(row.state) ? null : { state: row.state === 'connected' ? 'reconnecting' : 'starting', reason: 'session_lost' },
+      !claimsLiveSession(row) ? null : { state: row.state === 'connected' ? 'reconnecting' : 'starting', reason: 'session_lost' },
     );
   }
 

@@ -220,8 +220,7 @@ export class BaileysDriver implements NetworkDriver {
       // longer the socket to hand out.
       if (this.sock === old) this.sock = null;
       if (this.readySocket === old) this.readySocket = null;
-      this.log.error({ err: errorSummary(error) }, 'could not open the socket');
-      if (this.running) this.scheduleReconnect();
+      this.reopenFailed(error);
       throw problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.');
     } finally {
       await old?.end(undefined).catch(() => {});
@@ -280,6 +279,12 @@ export class BaileysDriver implements NetworkDriver {
     this.creds = null;
   }
 
+  /** A socket that could not be opened is tried again later, while the session runs. */
+  private reopenFailed(error: unknown): void {
+    this.log.error({ err: errorSummary(error) }, 'could not open the socket');
+    if (this.running) this.scheduleReconnect();
+  }
+
   private scheduleReconnect(): void {
     const delay = backoffDelay(this.reconnectAttempt++, this.backoff);
     this.log.info({ delayMs: delay }, 'reconnecting');
@@ -287,10 +292,7 @@ export class BaileysDriver implements NetworkDriver {
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       if (!this.running) return;
-      this.openSocket().catch(async (error) => {
-        this.log.error({ err: errorSummary(error) }, 'could not open the socket');
-        if (this.running) this.scheduleReconnect();
-      });
+      this.openSocket().catch((error) => this.reopenFailed(error));
     }, delay);
   }
 
@@ -393,10 +395,7 @@ export class BaileysDriver implements NetworkDriver {
     switch (action.kind) {
       case 'restart':
         // A failed reopen (e.g. credentials unreadable for a moment) must not leave us without a socket.
-        await this.openSocket().catch((error) => {
-          this.log.error({ err: errorSummary(error) }, 'could not open the socket');
-          if (this.running) this.scheduleReconnect();
-        });
+        await this.openSocket().catch((error) => this.reopenFailed(error));
         return;
       case 'reconnect':
         await this.report('reconnecting', { reason: action.reason });
