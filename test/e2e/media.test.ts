@@ -134,6 +134,14 @@ describe('media end to end', function () {
     assert.equal(quoted.status, 400, 'an API mimetype must be header-safe');
   });
 
+  it('stores a send\'s mimetype with its type and subtype lowercased, and serves it so', async () => {
+    const res = await t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: ' IMAGE/PNG ' });
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    const media = await echoedMedia(res.body.messengerId);
+    assert.equal(media.mimetype, 'image/png');
+    assert.equal((await fetch(media.url)).headers.get('content-type'), 'image/png');
+  });
+
   it('downloads keep a long file name and mimetype whole, in headers a strict parser takes', async () => {
     const fileName = `it's (1)*!${'😀'.repeat(245)}`; // 255 characters, the API's limit
     const mimetype = `application/pdf; x="${'b'.repeat(200)}"`;

@@ -39,6 +39,13 @@ describe('outbound media: checkMimetype', () => {
     });
   }
 
+  it('stores the type and subtype lowercased and trimmed, the parameters as given', () => {
+    assert.equal(assertMimetype('image', ' IMAGE/PNG '), 'image/png');
+    assert.equal(assertMimetype('sticker', 'Image/WebP'), 'image/webp');
+    assert.equal(assertMimetype('document', 'Text/Plain; charset="UTF-8"'), 'text/plain; charset="UTF-8"');
+    assert.equal(assertMimetype('audio', 'Audio/Ogg;codecs=opus'), 'audio/ogg;codecs=opus');
+  });
+
   it('accepts every sample fixture for its own type and decodes its base64', () => {
     for (const f of Object.values(mediaFixtures)) {
       assert.equal(checkMimetype(f.type, f.mimetype), undefined, f.path);

@@ -23,7 +23,7 @@ export function checkMimetype(type: string, mimetype: string): Problem | undefin
     case 'image':
     case 'video':
     case 'audio':
-      return top === type ? undefined : mimetypeProblem(`must be an ${type}/* type for type "${type}"`);
+      return top === type ? undefined : mimetypeProblem(`must be of the form ${type}/* for type "${type}"`);
     case 'sticker':
       return top === 'image' && sub === 'webp' ? undefined : mimetypeProblem('must be image/webp for type "sticker"');
     default: // document (any valid type) and non-media types
@@ -31,10 +31,15 @@ export function checkMimetype(type: string, mimetype: string): Problem | undefin
   }
 }
 
-/** checkMimetype that throws its Problem. */
-export function assertMimetype(type: string, mimetype: string): void {
+/** checkMimetype that throws its Problem; returns the mimetype as stored and served: trimmed, its
+ *  type and subtype lowercased (they are case-insensitive, RFC 2045), its parameters as given. */
+export function assertMimetype(type: string, mimetype: string): string {
   const problem = checkMimetype(type, mimetype);
   if (problem) throw problem;
+  const trimmed = mimetype.trim();
+  const end = trimmed.search(/[\s;]/);
+  const essenceEnd = end === -1 ? trimmed.length : end;
+  return trimmed.slice(0, essenceEnd).toLowerCase() + trimmed.slice(essenceEnd);
 }
 
 /**

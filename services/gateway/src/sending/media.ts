@@ -13,9 +13,8 @@ export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: S
     return undefined;
   }
   if (req.ptt && req.type !== 'audio') throw unsupported('ptt is only for audio');
-  assertMimetype(req.type, req.mimetype!);
+  let mimetype = assertMimetype(req.type, req.mimetype!);
   let bytes: Uint8Array = decodeBase64Strict(req.base64!);
-  let mimetype = req.mimetype!.trim(); // as checked: a download's Content-Type carries no stray blanks
   let seconds: number | undefined;
   if (req.type === 'audio' && req.ptt) {
     const note = await convertToVoiceNote(bytes);
