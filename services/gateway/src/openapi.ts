@@ -43,12 +43,7 @@ export function buildOpenApiDocument(routes: Route[]): object {
 
 function responsesOf(r: Route): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [status, spec] of Object.entries(r.responses)) {
-    out[status] = typeof spec === 'string' || Number(status) >= 400
-      ? problemResponse(typeof spec === 'string' ? spec : 'error')
-      : { description: 'success', content: { 'application/json': { schema: spec } } };
-    if (typeof spec === 'string' && Number(status) < 400) out[status] = { description: spec };
-  }
+  for (const [status, spec] of Object.entries(r.responses)) out[status] = responseOf(Number(status), spec);
   // Routes without a credential (probes, this document) answer only what they declare, and the
   // rate limit where it applies.
   const generic = r.auth !== 'none' ? PROBLEM_STATUSES : isProbePath(r.path) ? [] : [429];
@@ -83,6 +78,13 @@ function securityOf(r: Route): Record<string, string[]>[] {
   return r.auth === 'any-or-link' ? [{ bearer: [] }, {}] : [{ bearer: [] }];
 }
 
+function responseOf(status: number, spec: Route['responses'][number]): object {
+  if (status >= 400) return problemResponse(typeof spec === 'string' ? spec : 'error');
+  if (typeof spec === 'string') return { description: spec };
+  if ('file' in spec) return { description: spec.file, content: { '*/*': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } } } };
+  return { description: 'success', content: { 'application/json': { schema: spec } } };
+}
+
 function problemResponse(description: string) {
   return { description, content: { 'application/problem+json': { schema: ProblemDocument } } };
 }
@@ -95,7 +97,7 @@ export function openApiRoute(routes: Route[]): Route {
     auth: 'none',
     tag: 'meta',
     summary: 'This OpenAPI document',
-    responses: { 200: 'OpenAPI 3.1 document' },
+    responses: { 200: z.object({ openapi: z.string(), info: z.object({ version: z.string() }).loose(), paths: z.record(z.string(), z.unknown()) }).loose().describe('OpenAPI 3.1 document') },
     handler: async () => ({ body: (cached ??= buildOpenApiDocument(routes)) }),
   });
 }

@@ -70,6 +70,15 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.equal(doc.body.paths['/api/instances/{id}/webhook'].put.requestBody.required, true);
       assert.equal(doc.body.paths['/api/instances/{id}'].patch.requestBody.required, false);
       assert.equal(doc.body.paths['/api/instances/{id}/settings'].put.requestBody.required, false);
+      // Every success answers a body, and says of what kind: JSON, or a media file's own type.
+      for (const [path, operations] of Object.entries(doc.body.paths as Record<string, Record<string, any>>)) {
+        for (const [method, op] of Object.entries(operations)) {
+          for (const [status, response] of Object.entries(op.responses as Record<string, any>)) {
+            if (Number(status) < 300) assert.ok(Object.keys(response.content ?? {}).length, `${method} ${path} ${status} declares its content`);
+          }
+        }
+      }
+      assert.deepEqual(Object.keys(doc.body.paths['/api/instances/{id}/media/{mediaId}'].get.responses['200'].content), ['*/*']);
       // Every API route may answer 503 while the database is away; a probe only what it declares.
       assert.ok(doc.body.paths['/api/instances/{id}/reset'].post.responses['503']);
       assert.deepEqual(Object.keys(doc.body.paths['/health'].get.responses), ['200']);

@@ -47,7 +47,9 @@ export interface Route<B = any, Q = any> {
   /** The query is only compared, never stored, so text the database could not hold (NUL) is let
    *  through to the handler: a forged signed link is a 401, not a 400. */
   queryNotStored?: boolean;
-  responses: Record<number, z.ZodType | string>;
+  /** A schema (a JSON body), a description (a problem document, or no body), or `{ file }`: a
+   *  download whose Content-Type is the file's own. */
+  responses: Record<number, z.ZodType | string | { file: string }>;
   handler(req: RouteRequest<B, Q>): Promise<RouteResult>;
 }
 

@@ -64,7 +64,7 @@ export const activityRoutes = [
     // Any value is taken: a malformed link is a forged one (401), not a bad request.
     query: z.object({ expires: LINK_PART, signature: LINK_PART }).loose(),
     queryNotStored: true,
-    responses: { 200: 'the file', 401: 'no credential or bad link', 403: 'a credential of another instance', 404: 'absent', 500: 'the stored file failed its integrity check (media_integrity_failed)', 504: 'store time-out' },
+    responses: { 200: { file: 'the file, with its own Content-Type' }, 401: 'no credential or bad link', 403: 'a credential of another instance', 404: 'absent', 500: 'the stored file failed its integrity check (media_integrity_failed)', 504: 'store time-out' },
     handler: async ({ deps, ctx, params, query }) => {
       await authorizeMedia(deps, ctx.get('authorization') ? bearerToken(ctx) ?? '' : undefined, params, query);
       const record = await getMediaRecord(deps.db, params.id, params.mediaId);
