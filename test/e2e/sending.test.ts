@@ -294,7 +294,10 @@ for (const mode of modes) {
       const other = await createConnectedInstance(t.admin, '5511900000003');
       await t.admin.put(`/api/instances/${other.id}/settings`, { disableOfflineQueue: true });
       await t.admin.post(`/sandbox/instances/${other.id}/drop`, { reason: 'logged_out' });
-      await waitForState(t.admin, other.id, 'logged_out');
+      const loggedOut = await waitForState(t.admin, other.id, 'logged_out');
+      assert.equal(loggedOut.phone, null, 'the record is unlinked');
+      const logout = (await eventsOf(t.admin, other.id, 'connection.update')).find((e) => e.data.state === 'logged_out');
+      assert.deepEqual(logout?.data, { state: 'logged_out', previousState: 'connected', phone: '5511900000003', reason: 'logged_out' }, 'the event names the phone that left');
       const offline = await t.admin.post(`/api/instances/${other.id}/messages`, { phone: '5511988887777', type: 'text', text: 'x' });
       assert.equal(offline.status, 409);
       assert.equal(offline.body.code, 'instance_offline');
@@ -329,7 +332,8 @@ for (const mode of modes) {
       assert.deepEqual([reset.body.state, reset.body.paused, reset.body.phone], ['stopped', true, null]);
       const events = (await t.admin.get(`/api/instances/${x.id}/events`)).body.data;
       const newest = events.find((e: any) => e.type === 'connection.update');
-      assert.deepEqual(newest.data, { state: 'stopped', previousState: 'stopped', phone: null, reason: 'reset' });
+      // The event names the phone the reset unlinked; the record has none any more.
+      assert.deepEqual(newest.data, { state: 'stopped', previousState: 'stopped', phone: '5511900000006', reason: 'reset' });
     });
 
     it('issues pairing codes once per interval, never when connected, and completes pairing', async () => {

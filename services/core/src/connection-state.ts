@@ -26,10 +26,12 @@ export async function recordConnectionState(db: Knex, instanceId: string, state:
     const qr = state === 'awaiting_scan' ? (info.qr ?? row.qr_code) : null;
     await trx('instances').where({ id: instanceId }).update({ state, phone, qr_code: qr, updated_at: trx.fn.now() });
     if (row.state === state && row.phone === phone) return false;
+    // The event names the account it concerns: the phone now, or the one a logout or reset unlinked,
+    // so a `disconnected` consumer learns which number left.
     await recordEvent(trx, {
       instanceId,
       type: 'connection.update',
-      data: { state, previousState: row.state, phone, reason: info.reason ?? null },
+      data: { state, previousState: row.state, phone: phone ?? row.phone, reason: info.reason ?? null },
     });
     return true;
   });

@@ -243,7 +243,7 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.equal(record.phone, null);
     assert.equal(record.state, 'starting');
     const [last] = (await connectionUpdates('inst-kubectl')).slice(-1);
-    assert.deepEqual(last, { state: 'starting', previousState: 'connected', phone: null, reason: 'reset' });
+    assert.deepEqual(last, { state: 'starting', previousState: 'connected', phone: '5511999990000', reason: 'reset' });
   });
 
   it('records a finished reset before it starts the new pod, so a conflict never restarts the fresh session', async () => {

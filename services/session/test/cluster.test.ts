@@ -103,7 +103,7 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       const row = await instanceRow(env.db, instanceId);
       assert.deepEqual([row.state, row.phone], [paused ? 'stopped' : 'starting', null], `paused: ${paused}`);
       const updates = await eventsOf(env.db, instanceId, 'connection.update');
-      assert.deepEqual(updates.map((e) => e.data), [{ state: row.state, previousState: 'connected', phone: null, reason: 'reset' }]);
+      assert.deepEqual(updates.map((e) => e.data), [{ state: row.state, previousState: 'connected', phone: '5511900002222', reason: 'reset' }], 'the event names the unlinked phone');
     }
   });
 
