@@ -29,7 +29,9 @@ export interface InstanceReconcilerDeps {
   stuckPodAfterMs?: number;
 }
 
-type PodState = 'absent' | 'terminating' | 'running' | 'outdated';
+/** `starting`: the pod of the current template, not Ready yet (scheduling, pulling its image,
+ *  crash-looping); `running`: that pod, Ready. */
+type PodState = 'absent' | 'terminating' | 'starting' | 'running' | 'outdated';
 
 export class InstanceReconciler {
   /** When this operator first saw each session pod terminating, on its own monotonic clock (the
@@ -69,7 +71,8 @@ export class InstanceReconciler {
     if (row === 'overtaken') return this.d.pollMs ?? 1000;
     await this.ensureTokenSecret(instance);
 
-    let pod = await this.podState(instance);
+    const observed = await this.podState(instance);
+    let pod = observed.state;
     let waiting = false;
     if (resetPending(instance)) {
       if (pod !== 'absent') {
@@ -93,13 +96,13 @@ export class InstanceReconciler {
     } else if (wantRunning && pod === 'outdated') {
       await this.stopPod(instance, pod);
       waiting = true;
-    } else if (!wantRunning && (pod === 'running' || pod === 'outdated')) {
+    } else if (!wantRunning && (pod === 'starting' || pod === 'running' || pod === 'outdated')) {
       await this.stopPod(instance, pod);
     }
     if (pod === 'terminating') waiting = true;
 
     const fresh = (await this.d.store.find(name)) ?? row;
-    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting));
+    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, observed.notReady));
     return waiting ? (this.d.pollMs ?? 1000) : undefined;
   }
 
@@ -202,26 +205,29 @@ export class InstanceReconciler {
     }
   }
 
-  /** The session pod's state; a pod stuck terminating (see isStuck) is removed first. */
-  private async podState(instance: Instance): Promise<PodState> {
+  /** The session pod's state, and why a `starting` one is not Ready; a pod stuck terminating (see
+   *  isStuck) is removed first. */
+  private async podState(instance: Instance): Promise<{ state: PodState; notReady?: string }> {
     const pod = await this.readPod(instance);
     if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
-    if (!pod) return 'absent';
-    if (pod.metadata?.deletionTimestamp) return this.isStuck(pod) ? this.removeStuckPod(instance, pod) : 'terminating';
+    if (!pod) return { state: 'absent' };
+    if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
-    return finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted ? 'outdated' : 'running';
+    if (finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted) return { state: 'outdated' };
+    const notReady = whyNotReady(pod);
+    return notReady === undefined ? { state: 'running' } : { state: 'starting', notReady };
   }
 
   private async startPod(instance: Instance): Promise<PodState> {
     try {
       await this.d.core.createNamespacedPod({ namespace: instance.metadata.namespace, body: sessionPod(instance, this.d.session) });
     } catch (err) {
-      if (isStatus(err, 409)) return 'running'; // created meanwhile (our cache was behind); the next round checks it
+      if (isStatus(err, 409)) return 'starting'; // created meanwhile (our cache was behind); the next round checks it
       throw err;
     }
     await this.d.events.record(instance, 'Normal', 'SessionStarted', `Session pod ${sessionPodName(instance.metadata.name)} created.`);
-    return 'running';
+    return 'starting'; // its watch event brings it back here when Ready
   }
 
   /** Deletes the pod judged stuck (that very pod: its uid) without waiting for its kubelet, so the
@@ -251,7 +257,7 @@ export class InstanceReconciler {
 
   private async finalize(instance: Instance): Promise<number | void> {
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
-    const pod = await this.podState(instance);
+    const pod = (await this.podState(instance)).state;
     if (pod !== 'absent') {
       // The records go only after the session stopped, so it cannot write to them again.
       await this.stopPod(instance, pod);
@@ -264,7 +270,7 @@ export class InstanceReconciler {
     await this.replace(next);
   }
 
-  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean): InstanceStatus {
+  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, podNotReady = 'not Ready yet.'): InstanceStatus {
     const generation = instance.metadata.generation ?? 1;
     const paused = Boolean(instance.spec.paused);
     const resetting = resetPending(instance) && base.lastResetAt !== instance.spec.resetRequestedAt;
@@ -275,7 +281,8 @@ export class InstanceReconciler {
       ? { status: 'False', reason: 'Stopping', message: 'Paused; the session pod is stopping.' }
       : { status: 'True', reason: 'Paused', message: 'Paused as requested; no session pod runs.' };
     else if (waiting) ready = { status: 'False', reason: 'Restarting', message: 'Waiting for the previous session pod to terminate.' };
-    else ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} exists.` };
+    else if (pod === 'running') ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} is ready.` };
+    else ready = { status: 'False', reason: 'SessionStarting', message: `Session pod ${sessionPodName(instance.metadata.name)} is starting: ${podNotReady}` };
     const connected = state === 'connected'
       ? { status: 'True' as const, reason: 'Connected', message: row.phone ? `Connected as ${row.phone}.` : 'Connected.' }
       : { status: 'False' as const, reason: camel(state), message: CONNECTED_MESSAGES[state] ?? `Session state: ${state}.` };
@@ -294,6 +301,15 @@ export class InstanceReconciler {
     const body = { ...instance, status };
     return (await this.d.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body })) as Instance;
   }
+}
+
+/** Undefined when the pod is Ready (the kubelet's condition); otherwise what it waits for, as
+ *  `kubectl get pod` would say it (ImagePullBackOff, CrashLoopBackOff, Pending). */
+function whyNotReady(pod: V1Pod): string | undefined {
+  if (pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) return undefined;
+  const waiting = pod.status?.containerStatuses?.find((c) => c.state?.waiting)?.state?.waiting;
+  if (waiting?.reason) return waiting.message ? `${waiting.reason}: ${waiting.message}` : `${waiting.reason}.`;
+  return `phase ${pod.status?.phase ?? 'Pending'}, not Ready yet.`;
 }
 
 const CONNECTED_MESSAGES: Record<string, string> = {

@@ -220,6 +220,8 @@ describe('chart, CRDs and examples', function () {
     assert.throws(() => template([...REQUIRED, 'postgresql.enabled=false']), /externalDatabase.url is required/);
     assert.throws(() => template([...REQUIRED, 'networkDriver=carrier-pigeon']), /networkDriver/);
     assert.throws(() => template([...REQUIRED, 'gateway.replicaz=3']), /replicaz/);
+    // Helm gives a dependency chart the parent's `global` values: they must not be refused.
+    assert.ok(find(template([...REQUIRED, 'global.imageRegistry=registry.example.com']), 'Deployment', 'sb-switchboard-gateway'));
     // What the processes would refuse at start (config.ts) is refused at render.
     assert.throws(() => template([...REQUIRED, 'secrets.encryptionKey=abc']), /encryptionKey/);
     assert.throws(() => template([...REQUIRED, 'settings.rateLimitPerMinute=2000000']), /rateLimitPerMinute/);

@@ -339,7 +339,8 @@ export class FakeApiServer {
       generation: 1,
     };
     delete o.metadata.deletionTimestamp;
-    if (route.type.kind === 'Pod') o.status = { phase: 'Running' }; // the kubelet starts it at once
+    // The kubelet starts it at once, and its container is ready at once.
+    if (route.type.kind === 'Pod') o.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] };
     this.validate(route.type, o);
     return this.save(route.typeKey, key, o, 'ADDED');
   }

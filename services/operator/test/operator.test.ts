@@ -90,6 +90,8 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.deepEqual(created.metadata.finalizers, [SESSION_FINALIZER]);
     assert.equal(created.spec.paused, false, 'the CRD default applies');
     assert.equal(created.status.observedGeneration, created.metadata.generation);
+    // Ready once its session pod is (the fake's kubelet makes it Ready at once).
+    await eventually(() => assert.equal(condition('inst-kubectl', 'Ready')?.reason, 'SessionRunning'));
     assert.equal(condition('inst-kubectl', 'Ready')?.status, 'True');
     assert.equal(condition('inst-kubectl', 'Connected')?.reason, 'Starting');
 
@@ -266,7 +268,7 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.ok(podsDuringReset.length >= 1 && podsDuringReset.every((n) => n === 0), `pods during reset: ${podsDuringReset}`);
   });
 
-  it('replaces an outdated or failed session pod, creating the new one only after the old one is gone', async () => {
+  it('replaces an outdated or failed session pod, creating the new one only after the old one is gone, and waits for one not Ready yet', async () => {
     await createInstance('inst-upgrade', { displayName: 'Upgrade' });
     const first = await eventually(() => {
       const p = pod('inst-upgrade');
@@ -281,6 +283,18 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.equal(p.metadata.annotations['switchboard.dev/template-hash'], first.metadata.annotations['switchboard.dev/template-hash']);
       return p;
     });
+    // A pod that cannot start (its image does not pull) is not Ready, and the resource says why.
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => {
+      p.status = { phase: 'Pending', conditions: [{ type: 'Ready', status: 'False' }], containerStatuses: [{ name: 'session', ready: false, state: { waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image' } } }] };
+    });
+    await eventually(() => {
+      const ready = condition('inst-upgrade', 'Ready');
+      assert.deepEqual([ready?.status, ready?.reason], ['False', 'SessionStarting']);
+      assert.match(ready.message, /ImagePullBackOff: Back-off pulling image/);
+    });
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }));
+    await eventually(() => assert.equal(condition('inst-upgrade', 'Ready')?.reason, 'SessionRunning'));
+    assert.equal(pod('inst-upgrade')?.metadata.uid, second.metadata.uid, 'a pod still starting is waited for, not replaced');
     fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.status = { phase: 'Failed' }));
     await eventually(() => {
       const p = pod('inst-upgrade');
