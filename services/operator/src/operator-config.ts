@@ -66,7 +66,7 @@ function sessionPodTemplate(raw: string | undefined, problems: string[]): Sessio
   if (unknown.length) problems.push(`${expected} (not ${unknown.join(', ')})`);
   // Lists where the pod spec has lists, objects elsewhere: a wrong shape fails here, not in every reconcile.
   for (const [key, value] of Object.entries(parsed)) {
-    const list = key === 'imagePullSecrets' || key === 'tolerations';
+    const list = key === 'imagePullSecrets' || key === 'tolerations' || key === 'extraEnv';
     const fits = list ? Array.isArray(value) : Boolean(value) && typeof value === 'object' && !Array.isArray(value);
     if (!fits) problems.push(`SESSION_POD_TEMPLATE: ${key} must be ${list ? 'a list' : 'an object'}`);
   }

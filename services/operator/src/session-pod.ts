@@ -3,7 +3,7 @@
 // own owner lock guards the rest). The pod carries a hash of its template: when the image or the
 // settings change (an upgrade), the operator deletes the pod and creates the new one once it is gone.
 import { createHash } from 'node:crypto';
-import type { V1Affinity, V1LocalObjectReference, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
+import type { V1Affinity, V1EnvVar, V1LocalObjectReference, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HASH_ANNOTATION, sessionPodName, type Instance } from './resources.ts';
 
 export interface SessionPodSettings {
@@ -31,9 +31,11 @@ export interface SessionPodTemplate {
   affinity?: V1Affinity;
   podSecurityContext?: V1PodSecurityContext;
   containerSecurityContext?: V1SecurityContext;
+  /** The chart's `session.extraEnv` (OTEL_*, NODE_EXTRA_CA_CERTS, …), after the session's own. */
+  extraEnv?: V1EnvVar[];
 }
 
-export const SESSION_POD_TEMPLATE_KEYS = ['imagePullSecrets', 'nodeSelector', 'tolerations', 'affinity', 'podSecurityContext', 'containerSecurityContext'] as const;
+export const SESSION_POD_TEMPLATE_KEYS = ['imagePullSecrets', 'nodeSelector', 'tolerations', 'affinity', 'podSecurityContext', 'containerSecurityContext', 'extraEnv'] as const;
 
 // Arguments, not a command: the image's entrypoint (tini) stays PID 1, reaping what the session's
 // children leave and passing on signals. dist/ is built into the image (scripts/build.ts).
@@ -79,6 +81,7 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
           // Only the keys a session uses: a pod that parses media from strangers must not hold the
           // administrative key.
           ...(settings.envSecretName ? SESSION_SECRET_KEYS.map((key) => ({ name: key, valueFrom: { secretKeyRef: { name: settings.envSecretName!, key } } })) : []),
+          ...(template.extraEnv ?? []),
         ],
         ports: [{ name: 'http', containerPort: HEALTH_PORT }],
         // A wedged session is restarted; a slow start (database, bus, lock) gets two minutes.

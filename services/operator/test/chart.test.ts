@@ -317,6 +317,20 @@ describe('chart, CRDs and examples', function () {
     assert.deepEqual(['imagePullSecrets', 'nodeSelector', 'affinity'].filter((f) => f in JSON.parse(JSON.stringify(plain.spec))), []);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"hostNetwork":true}' }), /SESSION_POD_TEMPLATE.*not hostNetwork/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
+    assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
+  });
+
+  it('passes each component its extraEnv, session pods included (OTEL_*, a CA bundle)', () => {
+    const objs = template([...REQUIRED, 'session.extraEnv[0].name=OTEL_EXPORTER_OTLP_ENDPOINT', 'session.extraEnv[0].value=http://otel:4318', 'operator.extraEnv[0].name=OTEL_SERVICE_NAME', 'operator.extraEnv[0].value=sb-operator']);
+    const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+    assert.deepEqual(operatorEnv.find((e) => e.name === 'OTEL_SERVICE_NAME'), { name: 'OTEL_SERVICE_NAME', value: 'sb-operator' });
+    const config = loadOperatorConfig({ ...Object.fromEntries(operatorEnv.filter((e) => 'value' in e).map((e) => [e.name, e.value])), KUBERNETES_NAMESPACE: 'switchboard' });
+    const pod = sessionPod({ metadata: { name: 'inst-1', namespace: 'switchboard', uid: 'u-1' }, spec: { displayName: 'One' } }, config.session);
+    assert.deepEqual(validate(pod as Obj), []);
+    const env = pod.spec!.containers[0].env!;
+    assert.deepEqual(env.at(-1), { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: 'http://otel:4318' });
+    assert.equal(env[0].name, 'INSTANCE_ID', "the session's own variables come first");
+    assert.throws(() => template([...REQUIRED, 'session.extraEnv[0].value=x']), /name/, 'an entry needs a name');
   });
 
   it('renders session pods the API server would accept', () => {
