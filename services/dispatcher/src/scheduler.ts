@@ -52,8 +52,21 @@ function destinationOf(claim: ClaimedDelivery): string {
   return claim.url ?? '';
 }
 
-/** Retries due within this many ms of each other share a wake-up. */
+/** Retries due within this many ms of each other share a wake-up, or within 1/50 of their delay
+ *  when that is more (a retry is at most 2 % late, well inside the schedule's ±20 % jitter). */
 const WAKE_UP_GRAIN_MS = 10;
+/** Retries due later than this wait for a poll, which is then a small share of their delay (and a
+ *  process restarted meanwhile finds them by polling anyway). */
+const WAKE_UP_HORIZON_MS = 120_000;
+
+/** When a retry due in `ms` wakes the scheduler (rounded up to its grain, so wake-ups stay few
+ *  however many deliveries fail), or undefined when the poll serves it. */
+export function wakeUpTime(now: number, ms: number): number | undefined {
+  if (ms >= WAKE_UP_HORIZON_MS) return undefined;
+  // A power of two: delays close to each other share a grain, and so their wake-ups.
+  const grain = Math.max(WAKE_UP_GRAIN_MS, 2 ** Math.floor(Math.log2(Math.max(1, ms / 50))));
+  return Math.ceil((now + Math.max(0, ms)) / grain) * grain;
+}
 
 /** Claims waiting for a slot, in all destinations, are capped at this many claim batches. */
 const WAITING_BATCHES = 4;
@@ -110,8 +123,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  drained too, although nothing of theirs is under way any more. */
   private readonly asking = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
-  /** Due times (ms, rounded up to WAKE_UP_GRAIN_MS) of retries due before the next poll, and the
-   *  one timer armed for the earliest (see wakeUpIn). */
+  /** Due times (ms, rounded up to their grain) of retries due within the horizon, and the one
+   *  timer armed for the earliest (see wakeUpIn). */
   private readonly wakeUps = new Set<number>();
   private wakeUpTimer: { timer: NodeJS.Timeout; at: number } | undefined;
   private ticking: Promise<void> | undefined;
@@ -146,12 +159,12 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.claimSoon();
   }
 
-  /** A retry (or a breaker's probe) due before the next poll gets a wake-up of its own, so a
-   *  schedule shorter than the poll interval keeps its spacing. Due times are kept at a 10 ms
-   *  grain, so a poll interval holds a bounded number of them however many deliveries fail. */
+  /** A retry (or a breaker's probe) gets a wake-up of its own (see wakeUpTime), so it is not late
+   *  by up to a poll interval: the schedule keeps its spacing however it compares to the poll. */
   private wakeUpIn(ms: number): void {
-    if (this.stopped || ms >= this.opts.pollIntervalMs) return;
-    this.wakeUps.add(Math.ceil((Date.now() + Math.max(0, ms)) / WAKE_UP_GRAIN_MS) * WAKE_UP_GRAIN_MS);
+    const at = wakeUpTime(Date.now(), ms);
+    if (this.stopped || at === undefined) return;
+    this.wakeUps.add(at);
     this.armWakeUp();
   }
 

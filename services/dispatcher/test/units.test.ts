@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { retryDelayMs } from '../src/backoff.ts';
+import { wakeUpTime } from '../src/scheduler.ts';
 import { CircuitBreakers } from '../src/breaker.ts';
 import { QUICK_ANSWER_MS, RESPONSIVE_FOR_MS, ResponsiveDestinations } from '../src/responsive-destinations.ts';
 import { checkWebhookUrl, isPublicAddress, parseRetryAfter } from '../src/egress.ts';
@@ -91,6 +92,28 @@ describe('retryDelayMs', () => {
     assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 1, 5000), 5000);
     assert.equal(retryDelayMs({ schedule, random: () => 0.5 }, 1, 10), 1000);
     assert.equal(retryDelayMs({ schedule, random: () => 0.5, retryAfterCapMs: 3000 }, 1, 99_000), 3000);
+  });
+});
+
+describe('wakeUpTime', () => {
+  const now = 1_700_000_000_123;
+
+  it('wakes a retry on its due time, at most 2 % (or 10 ms) late, whatever the poll interval', () => {
+    for (const ms of [0, 7, 200, 499, 500, 1_000, 5_000, 60_000, 119_999]) {
+      const at = wakeUpTime(now, ms)!;
+      assert.ok(at >= now + ms, `${ms}: not early`);
+      assert.ok(at - (now + ms) <= Math.max(10, ms / 50), `${ms}: ${at - now - ms} ms late`);
+    }
+  });
+
+  it('leaves retries far ahead to the poll', () => {
+    assert.equal(wakeUpTime(now, 120_000), undefined);
+    assert.equal(wakeUpTime(now, 300_000), undefined);
+  });
+
+  it('gives retries due close together one wake-up, so failures cannot pile up timers', () => {
+    const times = new Set(Array.from({ length: 1000 }, (_, i) => wakeUpTime(now, 5_000 + i / 10)));
+    assert.ok(times.size <= 3, `${times.size} wake-ups for 1000 retries within 100 ms`);
   });
 });
 
