@@ -64,13 +64,15 @@ function sessionPodTemplate(raw: string | undefined, problems: string[]): Sessio
   }
   const unknown = Object.keys(parsed).filter((k) => !(SESSION_POD_TEMPLATE_KEYS as readonly string[]).includes(k));
   if (unknown.length) problems.push(`${expected} (not ${unknown.join(', ')})`);
-  // Lists where the pod spec has lists, objects elsewhere: a wrong shape fails here, not in every reconcile.
-  for (const [key, value] of Object.entries(parsed)) {
+  // Lists where the pod spec has lists, objects elsewhere: a wrong shape fails here, not in every
+  // reconcile. A null is "none", as Helm renders a value unset with `--set key=null`.
+  const template = Object.fromEntries(Object.entries(parsed).filter(([, value]) => value !== null));
+  for (const [key, value] of Object.entries(template)) {
     const list = key === 'imagePullSecrets' || key === 'tolerations' || key === 'extraEnv';
     const fits = list ? Array.isArray(value) : Boolean(value) && typeof value === 'object' && !Array.isArray(value);
     if (!fits) problems.push(`SESSION_POD_TEMPLATE: ${key} must be ${list ? 'a list' : 'an object'}`);
   }
-  return parsed as SessionPodTemplate;
+  return template as SessionPodTemplate;
 }
 
 function readIfPresent(path: string): string | undefined {
