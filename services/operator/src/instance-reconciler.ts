@@ -29,8 +29,8 @@ export interface InstanceReconcilerDeps {
   stuckPodAfterMs?: number;
 }
 
-/** `starting`: the pod of the current template, not Ready yet (scheduling, pulling its image,
- *  crash-looping); `running`: that pod, Ready. */
+/** `starting`: the pod of the current template, not Ready (scheduling, pulling its image,
+ *  crash-looping, or failing its readiness probe); `running`: that pod, Ready. */
 type PodState = 'absent' | 'terminating' | 'starting' | 'running' | 'outdated';
 
 export class InstanceReconciler {
@@ -270,7 +270,7 @@ export class InstanceReconciler {
     await this.replace(next);
   }
 
-  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, podNotReady = 'not Ready yet.'): InstanceStatus {
+  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, podNotReady = 'it was just created.'): InstanceStatus {
     const generation = instance.metadata.generation ?? 1;
     const paused = Boolean(instance.spec.paused);
     const resetting = resetPending(instance) && base.lastResetAt !== instance.spec.resetRequestedAt;
@@ -282,7 +282,7 @@ export class InstanceReconciler {
       : { status: 'True', reason: 'Paused', message: 'Paused as requested; no session pod runs.' };
     else if (waiting) ready = { status: 'False', reason: 'Restarting', message: 'Waiting for the previous session pod to terminate.' };
     else if (pod === 'running') ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} is ready.` };
-    else ready = { status: 'False', reason: 'SessionStarting', message: `Session pod ${sessionPodName(instance.metadata.name)} is starting: ${podNotReady}` };
+    else ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${podNotReady}` };
     const connected = state === 'connected'
       ? { status: 'True' as const, reason: 'Connected', message: row.phone ? `Connected as ${row.phone}.` : 'Connected.' }
       : { status: 'False' as const, reason: camel(state), message: CONNECTED_MESSAGES[state] ?? `Session state: ${state}.` };
@@ -309,7 +309,7 @@ function whyNotReady(pod: V1Pod): string | undefined {
   if (pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) return undefined;
   const waiting = pod.status?.containerStatuses?.find((c) => c.state?.waiting)?.state?.waiting;
   if (waiting?.reason) return waiting.message ? `${waiting.reason}: ${waiting.message}` : `${waiting.reason}.`;
-  return `phase ${pod.status?.phase ?? 'Pending'}, not Ready yet.`;
+  return `phase ${pod.status?.phase ?? 'Pending'}, its readiness probe (/ready: database and bus) not passing.`;
 }
 
 const CONNECTED_MESSAGES: Record<string, string> = {

@@ -289,7 +289,7 @@ describe('operator: Instance and Project reconciliation', function () {
     });
     await eventually(() => {
       const ready = condition('inst-upgrade', 'Ready');
-      assert.deepEqual([ready?.status, ready?.reason], ['False', 'SessionStarting']);
+      assert.deepEqual([ready?.status, ready?.reason], ['False', 'SessionNotReady']);
       assert.match(ready.message, /ImagePullBackOff: Back-off pulling image/);
     });
     fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }));
