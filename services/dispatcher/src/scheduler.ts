@@ -55,14 +55,14 @@ function destinationOf(claim: ClaimedDelivery): string {
 /** Retries due within this many ms of each other share a wake-up, or within 1/50 of their delay
  *  when that is more (a retry is at most 2 % late, well inside the schedule's ±20 % jitter). */
 const WAKE_UP_GRAIN_MS = 10;
-/** Retries due later than this wait for a poll, which is then a small share of their delay (and a
- *  process restarted meanwhile finds them by polling anyway). */
-const WAKE_UP_HORIZON_MS = 120_000;
+/** A retry whose delay is more than this many poll intervals is left to the poll, which is then
+ *  at most 2 % late too (and a process restarted meanwhile finds it by polling anyway). */
+const POLLS_PER_WAKE_UP_HORIZON = 50;
 
 /** When a retry due in `ms` wakes the scheduler (rounded up to its grain, so wake-ups stay few
- *  however many deliveries fail), or undefined when the poll serves it. */
-export function wakeUpTime(now: number, ms: number): number | undefined {
-  if (ms >= WAKE_UP_HORIZON_MS) return undefined;
+ *  however many deliveries fail), or undefined when the poll serves it as well. */
+export function wakeUpTime(now: number, ms: number, pollIntervalMs: number): number | undefined {
+  if (!(ms < POLLS_PER_WAKE_UP_HORIZON * pollIntervalMs)) return undefined; // NaN included
   // A power of two: delays close to each other share a grain, and so their wake-ups.
   const grain = Math.max(WAKE_UP_GRAIN_MS, 2 ** Math.floor(Math.log2(Math.max(1, ms / 50))));
   return Math.ceil((now + Math.max(0, ms)) / grain) * grain;
@@ -123,7 +123,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  drained too, although nothing of theirs is under way any more. */
   private readonly asking = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
-  /** Due times (ms, rounded up to their grain) of retries due within the horizon, and the one
+  /** Due times (ms, rounded up to their grain) of retries the poll would serve late, and the one
    *  timer armed for the earliest (see wakeUpIn). */
   private readonly wakeUps = new Set<number>();
   private wakeUpTimer: { timer: NodeJS.Timeout; at: number } | undefined;
@@ -162,7 +162,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** A retry (or a breaker's probe) gets a wake-up of its own (see wakeUpTime), so it is not late
    *  by up to a poll interval: the schedule keeps its spacing however it compares to the poll. */
   private wakeUpIn(ms: number): void {
-    const at = wakeUpTime(Date.now(), ms);
+    const at = wakeUpTime(Date.now(), ms, this.opts.pollIntervalMs);
     if (this.stopped || at === undefined) return;
     this.wakeUps.add(at);
     this.armWakeUp();
