@@ -270,7 +270,7 @@ export class InstanceReconciler {
     await this.replace(next);
   }
 
-  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, podNotReady = 'it was just created.'): InstanceStatus {
+  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, podNotReady?: string): InstanceStatus {
     const generation = instance.metadata.generation ?? 1;
     const paused = Boolean(instance.spec.paused);
     const resetting = resetPending(instance) && base.lastResetAt !== instance.spec.resetRequestedAt;
@@ -282,7 +282,8 @@ export class InstanceReconciler {
       : { status: 'True', reason: 'Paused', message: 'Paused as requested; no session pod runs.' };
     else if (waiting) ready = { status: 'False', reason: 'Restarting', message: 'Waiting for the previous session pod to terminate.' };
     else if (pod === 'running') ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} is ready.` };
-    else ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${podNotReady}` };
+    else if (pod === 'absent') ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} does not exist yet; it is created next.` };
+    else ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${podNotReady ?? 'it was just created.'}` };
     const connected = state === 'connected'
       ? { status: 'True' as const, reason: 'Connected', message: row.phone ? `Connected as ${row.phone}.` : 'Connected.' }
       : { status: 'False' as const, reason: camel(state), message: CONNECTED_MESSAGES[state] ?? `Session state: ${state}.` };
@@ -303,13 +304,23 @@ export class InstanceReconciler {
   }
 }
 
-/** Undefined when the pod is Ready (the kubelet's condition); otherwise what it waits for, as
- *  `kubectl get pod` would say it (ImagePullBackOff, CrashLoopBackOff, Pending). */
+/** Undefined when the pod is Ready (the kubelet's condition); otherwise what holds it, as
+ *  `kubectl describe pod` would say it: not scheduled, a container waiting (ImagePullBackOff,
+ *  CrashLoopBackOff) or last ended, or a running container failing its readiness probe. */
 function whyNotReady(pod: V1Pod): string | undefined {
-  if (pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) return undefined;
-  const waiting = pod.status?.containerStatuses?.find((c) => c.state?.waiting)?.state?.waiting;
-  if (waiting?.reason) return waiting.message ? `${waiting.reason}: ${waiting.message}` : `${waiting.reason}.`;
-  return `phase ${pod.status?.phase ?? 'Pending'}, its readiness probe (/ready: database and bus) not passing.`;
+  const conditions = pod.status?.conditions ?? [];
+  if (conditions.some((c) => c.type === 'Ready' && c.status === 'True')) return undefined;
+  const unscheduled = conditions.find((c) => c.type === 'PodScheduled' && c.status === 'False');
+  if (unscheduled) return `not scheduled: ${[unscheduled.reason, unscheduled.message].filter(Boolean).join(': ') || 'no node fits'}.`;
+  const containers = pod.status?.containerStatuses ?? [];
+  const waiting = containers.find((c) => c.state?.waiting?.reason)?.state?.waiting;
+  if (waiting) return [waiting.reason, waiting.message].filter(Boolean).join(': ') + '.';
+  if (pod.status?.phase === 'Running' && containers.length && containers.every((c) => c.state?.running)) {
+    const ended = containers.find((c) => c.lastState?.terminated)?.lastState?.terminated;
+    const restarted = ended ? ` (restarted after ${ended.reason ?? 'exit'}, code ${ended.exitCode})` : '';
+    return `running, but its readiness probe (/ready: database and bus) is not passing${restarted}.`;
+  }
+  return `phase ${pod.status?.phase ?? 'Pending'}; no container runs yet.`;
 }
 
 const CONNECTED_MESSAGES: Record<string, string> = {

@@ -47,6 +47,9 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
   };
 }
 
+/** The SESSION_POD_TEMPLATE keys whose values are lists (the others are objects). */
+const LIST_KEYS = new Set(['imagePullSecrets', 'tolerations', 'extraEnv']);
+
 /** SESSION_POD_TEMPLATE: JSON of the pod settings every workload of the release shares. */
 function sessionPodTemplate(raw: string | undefined, problems: string[]): SessionPodTemplate | undefined {
   if (!raw?.trim()) return undefined;
@@ -65,12 +68,18 @@ function sessionPodTemplate(raw: string | undefined, problems: string[]): Sessio
   const unknown = Object.keys(parsed).filter((k) => !(SESSION_POD_TEMPLATE_KEYS as readonly string[]).includes(k));
   if (unknown.length) problems.push(`${expected} (not ${unknown.join(', ')})`);
   // Lists where the pod spec has lists, objects elsewhere: a wrong shape fails here, not in every
-  // reconcile. A null is "none", as Helm renders a value unset with `--set key=null`.
-  const template = Object.fromEntries(Object.entries(parsed).filter(([, value]) => value !== null));
-  for (const [key, value] of Object.entries(template)) {
-    const list = key === 'imagePullSecrets' || key === 'tolerations' || key === 'extraEnv';
-    const fits = list ? Array.isArray(value) : Boolean(value) && typeof value === 'object' && !Array.isArray(value);
+  // reconcile. A null (Helm's `--set key=null`) is an empty one: none, as the chart's other pods
+  // render it (no security context at all, not the session's default).
+  const template: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(parsed)) {
+    const list = LIST_KEYS.has(key);
+    template[key] = value ?? (list ? [] : {});
+    const fits = list ? Array.isArray(template[key]) : typeof template[key] === 'object' && !Array.isArray(template[key]);
     if (!fits) problems.push(`SESSION_POD_TEMPLATE: ${key} must be ${list ? 'a list' : 'an object'}`);
+  }
+  const env = Array.isArray(template.extraEnv) ? (template.extraEnv as unknown[]) : [];
+  if (env.some((e) => typeof (e as { name?: unknown } | null)?.name !== 'string' || !(e as { name: string }).name)) {
+    problems.push('SESSION_POD_TEMPLATE: every extraEnv entry must be an object with a name');
   }
   return template as SessionPodTemplate;
 }

@@ -318,10 +318,14 @@ describe('chart, CRDs and examples', function () {
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"hostNetwork":true}' }), /SESSION_POD_TEMPLATE.*not hostNetwork/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
-    // A value unset with `--set podSecurityContext=null` renders as null: the session pod gets the default.
-    const unset = sessionPodOf(template([...REQUIRED, 'podSecurityContext=null', 'containerSecurityContext=null']));
-    assert.equal(unset.spec!.securityContext!.runAsNonRoot, true);
-    assert.equal(unset.spec!.containers[0].securityContext!.allowPrivilegeEscalation, false);
+    assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":[{"value":"x"}]}' }), /extraEnv entry must be an object with a name/);
+    // A value unset with `--set podSecurityContext=null` renders as null: the session pod has none,
+    // as the chart's other pods then have none, instead of the operator refusing to start.
+    const unsetObjs = template([...REQUIRED, 'podSecurityContext=null', 'containerSecurityContext=null', 'tolerations=null']);
+    const unset = sessionPodOf(unsetObjs);
+    assert.deepEqual(unset.spec!.securityContext, {});
+    assert.deepEqual(unset.spec!.containers[0].securityContext, {});
+    assert.equal(find(unsetObjs, 'Deployment', 'sb-switchboard-gateway')!.spec.template.spec.securityContext, null);
   });
 
   it('passes each component its extraEnv, session pods included (OTEL_*, a CA bundle)', () => {

@@ -292,6 +292,15 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.deepEqual([ready?.status, ready?.reason], ['False', 'SessionNotReady']);
       assert.match(ready.message, /ImagePullBackOff: Back-off pulling image/);
     });
+    // One no node takes, and one whose container runs but fails its readiness probe after a crash.
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => {
+      p.status = { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available' }] };
+    });
+    await eventually(() => assert.match(condition('inst-upgrade', 'Ready')?.message, /not scheduled: Unschedulable: 0\/3 nodes are available/));
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => {
+      p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }], containerStatuses: [{ name: 'session', ready: false, state: { running: {} }, lastState: { terminated: { reason: 'Error', exitCode: 1 } } }] };
+    });
+    await eventually(() => assert.match(condition('inst-upgrade', 'Ready')?.message, /readiness probe .* not passing \(restarted after Error, code 1\)/));
     fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-upgrade'), (p) => (p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }));
     await eventually(() => assert.equal(condition('inst-upgrade', 'Ready')?.reason, 'SessionRunning'));
     assert.equal(pod('inst-upgrade')?.metadata.uid, second.metadata.uid, 'a pod still starting is waited for, not replaced');
