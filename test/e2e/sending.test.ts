@@ -379,6 +379,10 @@ for (const mode of modes) {
       await t.restart();
       const back = await waitForState(t.admin, inst.id, 'connected');
       assert.equal(back.phone, '5511900000001');
+      // The restart is told as one: the new session's start, then connected again.
+      const [reconnected, started] = await eventsOf(t.admin, inst.id, 'connection.update');
+      assert.deepEqual([started.data.state, started.data.reason], ['starting', 'session_started']);
+      assert.deepEqual([reconnected.data.previousState, reconnected.data.state], ['starting', 'connected']);
       const item = await waitForSendStatus(t.admin, inst.id, res.body.id, ['read', 'uncertain']);
       assert.ok(item);
       // A started instance that was never paired is back too, with a new QR code.

@@ -141,14 +141,14 @@ export class SessionWorker {
     await new DbAuthStore(this.opts.db, this.opts.crypto, this.instanceId).clear();
     await driver.disconnect();
     await this.applyState('logged_out', { phone: null, reason: 'reset' });
-    await this.connectNewDriver();
+    await this.connectNewDriver('reset');
   }
 
   /** A session that was logged out by the network starts pairing again (connect after logout). */
   async reconnectIfLoggedOut(): Promise<void> {
     if (!this.owning || this.connection !== 'logged_out') return;
     await this.driver?.disconnect();
-    await this.connectNewDriver();
+    await this.connectNewDriver(null); // asked for by connect, which recorded its own change
   }
 
   /** The driver of the running session; 409 `instance_not_running` otherwise. */
@@ -196,7 +196,9 @@ export class SessionWorker {
       await this.requeueQueuedItems();
       await this.settings.reload();
       this.keepSettingsFresh();
-      await this.connectNewDriver();
+      // After a crash or restart the record still says what the last process left (`connected`):
+      // the event says why the state went back to `starting`.
+      await this.connectNewDriver('session_started');
     } catch (err) {
       this.log.error({ err: String(err) }, 'session: start failed, retrying');
       await this.closeSession();
@@ -280,8 +282,8 @@ export class SessionWorker {
 
   // ---- driver ----
 
-  private async connectNewDriver(): Promise<void> {
-    await this.applyState('starting', {});
+  private async connectNewDriver(reason: string | null): Promise<void> {
+    await this.applyState('starting', { reason });
     const driver: NetworkDriver = this.opts.driverFactory(this.driverContext(() => driver));
     this.driver = driver;
     await driver.connect();
