@@ -1,8 +1,9 @@
 // One process at a time uses an embedded data directory: PGlite takes no lock of its own, so two
 // servers started on one DATA_DIR (on different ports, say) would both write to the database
-// files. The lock is a file holding its owner's pid, created exclusively. A lock whose process is
-// gone (a crash, kill -9) is taken over, and so is one naming this very process, which is what a
-// container restarted with the same pid finds.
+// files. The lock is a file holding its owner's pid and, on Linux, that process's start time,
+// created exclusively. A lock whose process is gone (a crash, kill -9) is taken over, and so is
+// one naming this very process, which is what a container restarted with the same pid finds, and
+// one whose pid now belongs to a process started at another time (the pid was reused).
 import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { ensureDirectory } from './directories.ts';
@@ -16,16 +17,16 @@ export function lockDataDirectory(dataDir: string): () => void {
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
       const fd = openSync(path, 'wx', 0o600);
-      writeSync(fd, String(process.pid));
+      writeSync(fd, [process.pid, startTimeOf(process.pid)].filter((v) => v !== undefined).join(' '));
       closeSync(fd);
       return () => {
-        if (readPid(path) === process.pid) unlinkSync(path);
+        if (readHolder(path)?.pid === process.pid) unlinkSync(path);
       };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const holder = readPid(path);
-      if (holder !== undefined && holder !== process.pid && isRunningNode(holder)) {
-        throw new Error(`another Switchboard process (pid ${holder}) is using ${dataDir}; stop it or choose another DATA_DIR`);
+      const holder = readHolder(path);
+      if (holder !== undefined && holder.pid !== process.pid && isRunningHolder(holder)) {
+        throw new Error(`another Switchboard process (pid ${holder.pid}) is using ${dataDir}; stop it or choose another DATA_DIR`);
       }
       try {
         unlinkSync(path); // stale: its process is gone
@@ -37,26 +38,46 @@ export function lockDataDirectory(dataDir: string): () => void {
   throw new Error(`its lock file ${path} keeps coming back; another process is starting on it`);
 }
 
-function readPid(path: string): number | undefined {
+interface LockHolder {
+  pid: number;
+  /** Clock ticks after boot at which it started (/proc/<pid>/stat); absent where there is no /proc. */
+  startTime?: string;
+}
+
+function readHolder(path: string): LockHolder | undefined {
   try {
-    const pid = Number(readFileSync(path, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+    const [pidText, startTime] = readFileSync(path, 'utf8').trim().split(/\s+/);
+    const pid = Number(pidText);
+    return Number.isInteger(pid) && pid > 0 ? { pid, startTime } : undefined;
   } catch {
     return undefined;
   }
 }
 
-/** A live process that is Node (where /proc says which program it is): after a reboot the pid in
- *  a stale lock may belong to something else. */
-function isRunningNode(pid: number): boolean {
+/** The lock's own process, still running. Where /proc tells, the process with that pid must be
+ *  Node and have started when the lock's did: after a reboot, or once pids wrap round, the pid of
+ *  a stale lock may belong to another program, or to another Node process. */
+function isRunningHolder(holder: LockHolder): boolean {
   try {
-    process.kill(pid, 0);
+    process.kill(holder.pid, 0);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('node');
+    if (!readFileSync(`/proc/${holder.pid}/cmdline`, 'utf8').includes('node')) return false;
   } catch {
     return true; // no /proc (macOS): alive is all we can tell
+  }
+  return holder.startTime === undefined || startTimeOf(holder.pid) === holder.startTime;
+}
+
+/** Field 22 of /proc/<pid>/stat, read after the command name's closing parenthesis (the name
+ *  itself may hold spaces and parentheses). */
+export function startTimeOf(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
   }
 }

@@ -1,7 +1,7 @@
 // Opens what every Switchboard process needs — keys, database, bus, media store, logger —
 // from the configuration. Embedded mode generates missing keys into DATA_DIR on first start;
 // cluster processes must be given them.
-import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Config } from './config.ts';
@@ -100,24 +100,38 @@ async function resolveKeys(config: Config, generate: boolean) {
   // Written with a generated key and removed once it was printed: a first start that fails after
   // making the key (a port in use) leaves it, so the next start still shows the key.
   const unshownMarker = join(config.dataDir, 'admin-key.unshown');
-  if (!config.adminApiKey && !existsSync(adminFile)) writeFileSync(unshownMarker, '', { mode: 0o600 });
+  if (!config.adminApiKey && !keyIn(adminFile)) writeFileSync(unshownMarker, '', { mode: 0o600 });
   const adminKeyGenerated = !config.adminApiKey && existsSync(unshownMarker);
   const adminKey = config.adminApiKey ?? readOrCreate(adminFile, () => randomToken(TOKEN_PREFIXES.admin, 32));
   const encryptionKey = config.encryptionKey ?? Buffer.from(readOrCreate(join(config.dataDir, 'encryption-key'), () => randomBytes(32).toString('base64')), 'base64');
   return { adminKey, encryptionKey, adminKeyGenerated, unshownMarker };
 }
 
-/** Two first starts at once (before either holds the DATA_DIR lock) agree on one key: the file
- *  is created exclusively, and the one that finds it made reads it. */
+/** Two first starts at once (before either holds the DATA_DIR lock) agree on one key: the key is
+ *  written whole to a file of this process, then linked into place, which fails if the other was
+ *  first (then its key is read). A kill at any point leaves no key file or a whole one. An empty
+ *  one, which a kill during the first start of an earlier version could leave, held a key nobody
+ *  ever saw or used: it is replaced. */
 function readOrCreate(path: string, make: () => string): string {
-  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
+  const existing = keyIn(path);
+  if (existing) return existing;
+  rmSync(path, { force: true });
   const value = make();
+  const staging = `${path}.${process.pid}.new`;
+  writeFileSync(staging, value + '\n', { mode: 0o600 });
+  chmodSync(staging, 0o600);
   try {
-    writeFileSync(path, value + '\n', { mode: 0o600, flag: 'wx' });
+    linkSync(staging, path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'EEXIST') return readFileSync(path, 'utf8').trim();
     throw err;
+  } finally {
+    rmSync(staging, { force: true });
   }
-  chmodSync(path, 0o600);
   return value;
+}
+
+/** The key a key file holds; undefined when there is none, or it is empty. */
+function keyIn(path: string): string | undefined {
+  return (existsSync(path) && readFileSync(path, 'utf8').trim()) || undefined;
 }
