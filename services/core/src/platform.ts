@@ -113,9 +113,10 @@ async function resolveKeys(config: Config, generate: boolean) {
  *  one, which a kill during the first start of an earlier version could leave, held a key nobody
  *  ever saw or used: it is replaced. */
 function readOrCreate(path: string, make: () => string): string {
-  const existing = keyIn(path);
+  const existing = existsSync(path) ? readFileSync(path, 'utf8').trim() : undefined;
   if (existing) return existing;
-  rmSync(path, { force: true });
+  // Only a file seen empty is removed: one that is absent may be linked by the other start now.
+  if (existing === '') rmSync(path, { force: true });
   const value = make();
   const staging = `${path}.${process.pid}.new`;
   writeFileSync(staging, value + '\n', { mode: 0o600 });
