@@ -47,6 +47,12 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
   };
 }
 
+/** An environment entry: an object with a non-empty string `name`. */
+function isNamed(entry: unknown): boolean {
+  const name = (entry as { name?: unknown } | null)?.name;
+  return typeof name === 'string' && name.length > 0;
+}
+
 /** The SESSION_POD_TEMPLATE keys whose values are lists (the others are objects). */
 const LIST_KEYS = new Set(['imagePullSecrets', 'tolerations', 'extraEnv']);
 
@@ -78,9 +84,7 @@ function sessionPodTemplate(raw: string | undefined, problems: string[]): Sessio
     if (!fits) problems.push(`SESSION_POD_TEMPLATE: ${key} must be ${list ? 'a list' : 'an object'}`);
   }
   const env = Array.isArray(template.extraEnv) ? (template.extraEnv as unknown[]) : [];
-  if (env.some((e) => typeof (e as { name?: unknown } | null)?.name !== 'string' || !(e as { name: string }).name)) {
-    problems.push('SESSION_POD_TEMPLATE: every extraEnv entry must be an object with a name');
-  }
+  if (!env.every(isNamed)) problems.push('SESSION_POD_TEMPLATE: every extraEnv entry must be an object with a name');
   return template as SessionPodTemplate;
 }
 
