@@ -27,8 +27,9 @@ export interface ControllerOptions {
    *  recorded as lost (default 15 s: a restarting session takes its lock again well within it). */
   sessionLostAfterMs?: number;
   podPollMs?: number;
-  /** See InstanceReconcilerDeps.stuckPodAfterMs. */
+  /** See InstanceReconcilerDeps.stuckPodAfterMs and nameTakenPollMs. */
   stuckPodAfterMs?: number;
+  nameTakenPollMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
   informerRestartMinMs?: number;
@@ -55,7 +56,7 @@ export class Controller {
     this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const events = new EventRecorder(core, FIELD_MANAGER, logger);
-    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs });
+    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs, nameTakenPollMs: o.nameTakenPollMs });
     this.projectReconciler = new ProjectReconciler(this.custom, o.store);
     this.queue = new WorkQueue({
       handler: (key) => this.process(key),

@@ -5,6 +5,9 @@
 //   otherwise → finalizer · database row (adopt kubectl-created instances) · token Secret ·
 //               reset (pod gone → erase pairing → lastResetAt) · pod up or down per `paused` ·
 //               status mirrored from the session's state, with Ready/Connected conditions.
+// A pod or Secret that has the name of ours but that the operator did not make for this Instance
+// is never replaced or deleted: the Instance says so (Ready False, PodNameTaken; a Warning event)
+// and waits for someone to remove it.
 import type { CoreV1Api, CustomObjectsApi, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { isNewerSpec, specStampOf } from '@switchboard/core';
 import { sameStatus, setCondition } from './conditions.ts';
@@ -15,7 +18,7 @@ import {
   GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, SESSION_FINALIZER, TEMPLATE_HASH_ANNOTATION, VERSION,
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
-import { ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
+import { isControlledBy, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
   custom: CustomObjectsApi;
@@ -27,16 +30,22 @@ export interface InstanceReconcilerDeps {
   pollMs?: number;
   /** How long past its grace period a terminating pod may stay before it counts as stuck (60 s). */
   stuckPodAfterMs?: number;
+  /** How soon to look again while a foreign pod has the session pod's name (30 s): the pod watch
+   *  sees only the operator's own pods, so its removal brings no event. */
+  nameTakenPollMs?: number;
 }
 
 /** `starting`: the pod of the current template, not Ready (scheduling, pulling its image,
- *  crash-looping, or failing its readiness probe); `running`: that pod, Ready. */
-type PodState = 'absent' | 'terminating' | 'starting' | 'running' | 'outdated';
+ *  crash-looping, or failing its readiness probe); `running`: that pod, Ready; `foreign`: a pod
+ *  with the session pod's name that the operator did not make for this Instance. */
+type PodState = 'absent' | 'terminating' | 'starting' | 'running' | 'outdated' | 'foreign';
 
 export class InstanceReconciler {
   /** When this operator first saw each session pod terminating, on its own monotonic clock (the
    *  pod's deletionTimestamp is on the API server's, which may be skewed from ours). */
   private readonly terminatingSince = new Map<string, { uid: string; at: number }>();
+  /** Instances (uid) whose token Secret name was found taken and said so with an event. */
+  private readonly secretNameTakenWarned = new Set<string>();
 
   constructor(private readonly d: InstanceReconcilerDeps) {}
 
@@ -69,13 +78,13 @@ export class InstanceReconciler {
     // The API changed the resource after it was read here: its watch event brings the new spec,
     // and nothing is started or stopped from the old one meanwhile.
     if (row === 'overtaken') return this.d.pollMs ?? 1000;
-    await this.ensureTokenSecret(instance);
+    const secretNameTaken = !(await this.ensureTokenSecret(instance));
 
     const observed = await this.podState(instance);
     let pod = observed.state;
     let waiting = false;
     if (resetPending(instance)) {
-      if (pod !== 'absent') {
+      if (pod !== 'absent' && pod !== 'foreign') {
         await this.stopPod(instance, pod);
         waiting = true;
       } else if (!(await this.d.store.resetSession(name))) {
@@ -85,7 +94,7 @@ export class InstanceReconciler {
         // would stop the fresh session and erase the pairing the user may be scanning by then.
         const done = { ...(instance.status ?? {}), lastResetAt: instance.spec.resetRequestedAt };
         const afterReset = (await this.d.store.find(name)) ?? row;
-        instance = await this.writeStatus(instance, this.statusFor(instance, done, afterReset, pod, false));
+        instance = await this.writeStatus(instance, this.statusFor(instance, done, afterReset, pod, false, { secretNameTaken }));
         await this.d.events.record(instance, 'Normal', 'SessionReset', 'Pairing erased; the session starts fresh and needs a new scan.');
       }
     }
@@ -100,10 +109,14 @@ export class InstanceReconciler {
       await this.stopPod(instance, pod);
     }
     if (pod === 'terminating') waiting = true;
+    if (wantRunning && pod === 'foreign' && readyReason(instance) !== POD_NAME_TAKEN) {
+      await this.d.events.record(instance, 'Warning', POD_NAME_TAKEN, `Pod ${sessionPodName(name)} exists but was not made by the operator for this Instance; it is left alone and the session starts once it is deleted or renamed.`);
+    }
 
     const fresh = (await this.d.store.find(name)) ?? row;
-    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, observed.notReady));
-    return waiting ? (this.d.pollMs ?? 1000) : undefined;
+    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, { notReady: observed.notReady, secretNameTaken }));
+    if (waiting) return this.d.pollMs ?? 1000;
+    if (wantRunning && pod === 'foreign') return this.d.nameTakenPollMs ?? 30_000;
   }
 
   private async read(namespace: string, name: string): Promise<Instance | undefined> {
@@ -166,11 +179,13 @@ export class InstanceReconciler {
     return 'overtaken';
   }
 
-  private async ensureTokenSecret(instance: Instance): Promise<void> {
+  /** False when a Secret of that name exists that the operator did not make for this Instance:
+   *  it is left as it is (never overwritten with the token), and the status names no Secret. */
+  private async ensureTokenSecret(instance: Instance): Promise<boolean> {
     const id = instance.metadata.name;
     const namespace = instance.metadata.namespace;
     const token = await this.d.store.token(id);
-    if (!token) return;
+    if (!token) return true;
     const data = { apiToken: Buffer.from(token).toString('base64'), instanceId: Buffer.from(id).toString('base64') };
     let existing: V1Secret | undefined;
     try {
@@ -178,7 +193,12 @@ export class InstanceReconciler {
     } catch (err) {
       if (!isStatus(err, 404)) throw err;
     }
-    if (existing && existing.data?.apiToken === data.apiToken && existing.data?.instanceId === data.instanceId) return;
+    if (existing && !isControlledBy(existing, instance)) {
+      await this.warnSecretNameTaken(instance);
+      return false;
+    }
+    this.secretNameTakenWarned.delete(instance.metadata.uid ?? id);
+    if (existing && existing.data?.apiToken === data.apiToken && existing.data?.instanceId === data.instanceId) return true;
     const body: V1Secret = {
       apiVersion: 'v1',
       kind: 'Secret',
@@ -194,6 +214,16 @@ export class InstanceReconciler {
     };
     if (existing) await this.d.core.replaceNamespacedSecret({ name: tokenSecretName(id), namespace, body }); // token renewed through the API
     else await this.d.core.createNamespacedSecret({ namespace, body });
+    return true;
+  }
+
+  /** Once per Instance while the name stays taken (an event at every reconcile would flood it). */
+  private async warnSecretNameTaken(instance: Instance): Promise<void> {
+    const key = instance.metadata.uid ?? instance.metadata.name;
+    if (this.secretNameTakenWarned.has(key)) return;
+    this.secretNameTakenWarned.add(key);
+    const name = tokenSecretName(instance.metadata.name);
+    await this.d.events.record(instance, 'Warning', 'SecretNameTaken', `Secret ${name} exists but was not made by the operator for this Instance; it is left as it is and the instance's API token is not written to it. Delete or rename it to get the token Secret.`);
   }
 
   private async readPod(instance: Instance): Promise<V1Pod | undefined> {
@@ -211,6 +241,7 @@ export class InstanceReconciler {
     const pod = await this.readPod(instance);
     if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
     if (!pod) return { state: 'absent' };
+    if (!isControlledBy(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
@@ -246,7 +277,7 @@ export class InstanceReconciler {
   }
 
   private async stopPod(instance: Instance, state: PodState): Promise<void> {
-    if (state === 'absent' || state === 'terminating') return;
+    if (state === 'absent' || state === 'terminating' || state === 'foreign') return;
     try {
       await this.d.core.deleteNamespacedPod({ name: sessionPodName(instance.metadata.name), namespace: instance.metadata.namespace });
     } catch (err) {
@@ -258,7 +289,7 @@ export class InstanceReconciler {
   private async finalize(instance: Instance): Promise<number | void> {
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
     const pod = (await this.podState(instance)).state;
-    if (pod !== 'absent') {
+    if (pod !== 'absent' && pod !== 'foreign') {
       // The records go only after the session stopped, so it cannot write to them again.
       await this.stopPod(instance, pod);
       return this.d.pollMs ?? 1000;
@@ -270,26 +301,28 @@ export class InstanceReconciler {
     await this.replace(next);
   }
 
-  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, podNotReady?: string): InstanceStatus {
+  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, seen: { notReady?: string; secretNameTaken: boolean }): InstanceStatus {
     const generation = instance.metadata.generation ?? 1;
     const paused = Boolean(instance.spec.paused);
     const resetting = resetPending(instance) && base.lastResetAt !== instance.spec.resetRequestedAt;
     const state = paused ? 'stopped' : row.state;
     let ready: { status: 'True' | 'False'; reason: string; message: string };
     if (resetting) ready = { status: 'False', reason: 'Resetting', message: 'Waiting for the session pod to stop before erasing the pairing.' };
-    else if (paused) ready = waiting || pod !== 'absent'
+    else if (paused) ready = waiting || (pod !== 'absent' && pod !== 'foreign')
       ? { status: 'False', reason: 'Stopping', message: 'Paused; the session pod is stopping.' }
       : { status: 'True', reason: 'Paused', message: 'Paused as requested; no session pod runs.' };
     else if (waiting) ready = { status: 'False', reason: 'Restarting', message: 'Waiting for the previous session pod to terminate.' };
+    else if (pod === 'foreign') ready = { status: 'False', reason: POD_NAME_TAKEN, message: `Pod ${sessionPodName(instance.metadata.name)} exists but was not made by the operator for this Instance; delete or rename it and the session starts.` };
     else if (pod === 'running') ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} is ready.` };
     else if (pod === 'absent') ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} does not exist yet; it is created next.` };
-    else ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${podNotReady ?? 'it was just created.'}` };
+    else ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${seen.notReady ?? 'it was just created.'}` };
     const connected = state === 'connected'
       ? { status: 'True' as const, reason: 'Connected', message: row.phone ? `Connected as ${row.phone}.` : 'Connected.' }
       : { status: 'False' as const, reason: camel(state), message: CONNECTED_MESSAGES[state] ?? `Session state: ${state}.` };
     let conditions = setCondition(base.conditions, { type: 'Ready', observedGeneration: generation, ...ready });
     conditions = setCondition(conditions, { type: 'Connected', observedGeneration: generation, ...connected });
     const status: InstanceStatus = { ...base, state, tokenSecretName: tokenSecretName(instance.metadata.name), observedGeneration: generation, conditions };
+    if (seen.secretNameTaken) delete status.tokenSecretName;
     if (row.phone) status.phone = row.phone;
     else delete status.phone;
     return status;
@@ -330,6 +363,12 @@ const CONNECTED_MESSAGES: Record<string, string> = {
   reconnecting: 'The connection dropped; the session is reconnecting.',
   logged_out: 'Logged out from the phone; connect (or reset) the instance and pair it again.',
 };
+
+const POD_NAME_TAKEN = 'PodNameTaken';
+
+function readyReason(instance: Instance): string | undefined {
+  return instance.status?.conditions?.find((c) => c.type === 'Ready')?.reason;
+}
 
 /** A reset is pending while spec.resetRequestedAt is newer than status.lastResetAt. */
 export function resetPending(instance: Instance): boolean {

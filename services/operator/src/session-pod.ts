@@ -3,7 +3,7 @@
 // own owner lock guards the rest). The pod carries a hash of its template: when the image or the
 // settings change (an upgrade), the operator deletes the pod and creates the new one once it is gone.
 import { createHash } from 'node:crypto';
-import type { V1Affinity, V1EnvVar, V1LocalObjectReference, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
+import type { V1Affinity, V1EnvVar, V1LocalObjectReference, V1ObjectMeta, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HASH_ANNOTATION, sessionPodName, type Instance } from './resources.ts';
 
 export interface SessionPodSettings {
@@ -118,6 +118,14 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
  *  the user itself). */
 function nonEmpty<T extends object>(value: T | undefined): T | undefined {
   return value && Object.keys(value).length ? value : undefined;
+}
+
+/** Whether the object is one the operator made for this Instance (its controlling owner is an
+ *  Instance of that name). A pod or Secret of the same name made by someone else is never
+ *  replaced or deleted. The uid is not compared: an earlier Instance of the same name owned it,
+ *  and the garbage collector removes it anyway. */
+export function isControlledBy(object: { metadata?: V1ObjectMeta }, instance: Instance): boolean {
+  return (object.metadata?.ownerReferences ?? []).some((r) => r.controller && r.apiVersion === API_VERSION && r.kind === 'Instance' && r.name === instance.metadata.name);
 }
 
 /** Makes the Instance the controlling owner: deleting it garbage-collects the object. */

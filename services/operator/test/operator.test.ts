@@ -2,7 +2,7 @@
 // does with kubectl (create, pause, resume, reset, delete) and what goes wrong in a cluster
 // (a watch that dies, compacted history, the API server going away, conflicting writers).
 import assert from 'node:assert/strict';
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { recordConnectionState, recordSpecStamp } from '@switchboard/core';
 import { Controller } from '../src/controller.ts';
 import { InstanceStore } from '../src/instance-store.ts';
@@ -16,7 +16,7 @@ const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
 /** Polls, retries and restarts at test speed. */
 // The records these tests write stand for sessions that run (no session process holds them):
 // their states are not taken for lost sessions here, only in the test made for that.
-const QUICK = { statePollMs: 100, podPollMs: 100, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50, sessionLostAfterMs: 3_600_000 };
+const QUICK = { statePollMs: 100, podPollMs: 100, nameTakenPollMs: 200, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50, sessionLostAfterMs: 3_600_000 };
 
 describe('operator: Instance and Project reconciliation', function () {
   this.timeout(20_000);
@@ -377,6 +377,48 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.equal(await row('inst-kubectl'), undefined);
       assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-kubectl')), undefined);
     });
+  });
+
+  it('never replaces or deletes a pod or Secret of the same name it did not make, and takes the names once they are free', async () => {
+    const core = kubeConfigFor(fake.url).makeApiClient(CoreV1Api);
+    const theirs = { labels: { app: 'someone-else' } };
+    await core.createNamespacedPod({ namespace: NAMESPACE, body: { metadata: { name: sessionPodName('inst-squat'), ...theirs }, spec: { containers: [{ name: 'web', image: 'nginx' }] } } });
+    await core.createNamespacedSecret({ namespace: NAMESPACE, body: { metadata: { name: tokenSecretName('inst-squat'), ...theirs }, data: { password: Buffer.from('theirs').toString('base64') } } });
+    const foreignPodUid = pod('inst-squat')!.metadata.uid;
+    await createInstance('inst-squat', { displayName: 'Squatted names' });
+
+    await eventually(() => assert.equal(condition('inst-squat', 'Ready')?.reason, 'PodNameTaken'));
+    assert.equal(condition('inst-squat', 'Ready')?.status, 'False');
+    assert.match(condition('inst-squat', 'Ready')?.message, /session-inst-squat exists but was not made by the operator/);
+    assert.equal(instance('inst-squat')?.status?.tokenSecretName, undefined, 'the status names no Secret it could not write');
+    await new Promise((r) => setTimeout(r, 600)); // a few more reconciles (nameTakenPollMs 200)
+    assert.equal(pod('inst-squat')!.metadata.uid, foreignPodUid, 'their pod is not deleted');
+    assert.equal(pod('inst-squat')!.spec.containers[0].image, 'nginx');
+    const secret = fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))!;
+    assert.deepEqual(secret.data, { password: Buffer.from('theirs').toString('base64') }, 'their Secret is not overwritten with the token');
+    const warnings = fake.list('', 'v1', 'events', NAMESPACE).filter((e) => e.involvedObject.name === 'inst-squat' && e.type === 'Warning').map((e) => e.reason);
+    assert.deepEqual(warnings.sort(), ['PodNameTaken', 'SecretNameTaken'], 'one warning each, not one per reconcile');
+
+    await core.deleteNamespacedPod({ name: sessionPodName('inst-squat'), namespace: NAMESPACE });
+    await core.deleteNamespacedSecret({ name: tokenSecretName('inst-squat'), namespace: NAMESPACE });
+    await eventually(() => assert.equal(condition('inst-squat', 'Ready')?.reason, 'SessionRunning'));
+    const uid = instance('inst-squat')!.metadata.uid;
+    assert.equal(pod('inst-squat')!.metadata.ownerReferences[0].uid, uid);
+    assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))!.metadata.ownerReferences[0].uid, uid);
+    assert.equal(instance('inst-squat')!.status.tokenSecretName, tokenSecretName('inst-squat'));
+
+    // Paused (its own pod gone), a foreign pod takes the name, and the Instance is deleted: the
+    // records go, the foreign pod stays.
+    await patchSpec('inst-squat', { paused: true });
+    await eventually(() => assert.equal(pod('inst-squat'), undefined));
+    await core.createNamespacedPod({ namespace: NAMESPACE, body: { metadata: { name: sessionPodName('inst-squat'), ...theirs }, spec: { containers: [{ name: 'web', image: 'nginx' }] } } });
+    await eventually(() => assert.equal(condition('inst-squat', 'Ready')?.reason, 'Paused'));
+    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-squat' });
+    await eventually(async () => {
+      assert.equal(instance('inst-squat'), undefined);
+      assert.equal(await row('inst-squat'), undefined);
+    });
+    assert.equal(pod('inst-squat')?.spec.containers[0].image, 'nginx', 'their pod outlives the Instance');
   });
 
   it('keeps the records of an instance whose session still runs somewhere (its pod gone), and erases nothing', async () => {
