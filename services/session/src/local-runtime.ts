@@ -94,14 +94,29 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
+  /** A running session is unlinked from the phone first (SessionWorker.unlinkAndStop). */
   remove(instanceId: string, deleteRecord: () => Promise<boolean>): Promise<boolean> {
     return this.lanes.run(instanceId, async () => {
-      const worker = this.workers.get(instanceId);
-      this.workers.delete(instanceId);
-      await worker?.stop();
+      await this.unlinkWorker(instanceId);
       await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
       return deleteRecord();
     });
+  }
+
+  /** A cluster session process's part of a delete (the gateway deletes the records next, and the
+   *  operator the pod): unlinks and stops the session. Paused first, so that nothing here starts
+   *  it again meanwhile. */
+  unlink(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, async () => {
+      await this.opts.db('instances').where({ id: instanceId }).update({ paused: true, updated_at: this.opts.db.fn.now() });
+      await this.unlinkWorker(instanceId);
+    });
+  }
+
+  private async unlinkWorker(instanceId: string): Promise<void> {
+    const worker = this.workers.get(instanceId);
+    this.workers.delete(instanceId);
+    await worker?.unlinkAndStop();
   }
 
   /** A sandbox operation runs in the instance's lane: a scan still saving its credentials when a

@@ -75,9 +75,11 @@ export class RemoteSessionRuntime implements SessionRuntime {
     });
   }
 
+  /** The running session unlinks the device from the phone and stops (a session process of a
+   *  version before `unlink` is told to stop), then the records go. */
   remove(instanceId: string, deleteRecord: () => Promise<boolean>): Promise<boolean> {
     return this.lanes.run(instanceId, async () => {
-      await this.tell(instanceId, 'stop');
+      if (!(await this.tell(instanceId, 'unlink'))) await this.tell(instanceId, 'stop');
       await new DbAuthStore(this.opts.db, this.opts.crypto, instanceId).clear();
       return deleteRecord();
     });
@@ -128,7 +130,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
   }
 
   /** Sends a lifecycle op; false when no session answered. Errors of a running session are thrown when `strict`. */
-  private async tell(instanceId: string, op: 'start' | 'stop' | 'reset', strict = false): Promise<boolean> {
+  private async tell(instanceId: string, op: 'start' | 'stop' | 'reset' | 'unlink', strict = false): Promise<boolean> {
     try {
       await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from('{}'), this.timeoutMs());
       return true;

@@ -4,10 +4,13 @@
 import { isDatabaseUnavailable, Problem, problems, RpcError, subjects, type Bus, type SessionRuntime, type Subscription } from '@switchboard/core';
 import { SANDBOX_OPS } from './session-ops.ts';
 
-export const SESSION_RPC_OPS = ['start', 'stop', 'reset', 'pairing-code', ...SANDBOX_OPS.map((op) => `sandbox.${op}`)];
+export const SESSION_RPC_OPS = ['start', 'stop', 'reset', 'unlink', 'pairing-code', ...SANDBOX_OPS.map((op) => `sandbox.${op}`)];
+
+/** A runtime that hosts sessions (LocalSessionRuntime); `unlink` is its part of a delete. */
+export type SessionHost = SessionRuntime & { unlink(instanceId: string): Promise<void> };
 
 /** Serves every session operation of `instanceId`, delegating to a runtime that hosts it. */
-export async function serveSessionRpc(bus: Bus, instanceId: string, runtime: SessionRuntime): Promise<Subscription> {
+export async function serveSessionRpc(bus: Bus, instanceId: string, runtime: SessionHost): Promise<Subscription> {
   const subs: Subscription[] = [];
   for (const op of SESSION_RPC_OPS) {
     subs.push(await bus.serve(subjects.rpc(instanceId, op), (data) => handle(runtime, instanceId, op, data)));
@@ -19,13 +22,14 @@ export async function serveSessionRpc(bus: Bus, instanceId: string, runtime: Ses
   };
 }
 
-async function handle(runtime: SessionRuntime, instanceId: string, op: string, data: Uint8Array): Promise<Uint8Array> {
+async function handle(runtime: SessionHost, instanceId: string, op: string, data: Uint8Array): Promise<Uint8Array> {
   try {
     const body = parseBody(data);
     let reply: Record<string, unknown> = {};
     if (op === 'start') await runtime.start(instanceId);
     else if (op === 'stop') await runtime.stop(instanceId);
     else if (op === 'reset') await runtime.reset(instanceId);
+    else if (op === 'unlink') await runtime.unlink(instanceId);
     else reply = await runtime.call(instanceId, op, body);
     return Buffer.from(JSON.stringify(reply), 'utf8');
   } catch (err) {

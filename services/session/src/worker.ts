@@ -127,6 +127,22 @@ export class SessionWorker {
     if (final) await this.applyState(final.state, { reason: final.reason }, true);
   }
 
+  /** Before the instance is deleted: unlinks this device from the phone, so its "Linked devices"
+   *  keeps no device nobody will use, then stops as stop() does. Records no state: the record goes
+   *  next. Best effort: a network that does not answer within the driver's limit leaves the device
+   *  linked, and the delete goes on. */
+  async unlinkAndStop(): Promise<void> {
+    this.running = false;
+    if (this.lockTimer) clearTimeout(this.lockTimer);
+    await this.startingUp;
+    const driver = this.owning ? this.driver : undefined;
+    if (driver) {
+      this.setConsuming(false);
+      await driver.logout().catch((err) => this.log.warn({ err: String(err) }, 'session: could not unlink the deleted instance from the phone'));
+    }
+    await this.closeSession();
+  }
+
   /** Logs out, clears the credentials and starts pairing again (state → awaiting_scan). */
   async reset(): Promise<void> {
     await this.startingUp; // a reset right after the lock was taken waits for the driver

@@ -2,7 +2,8 @@
 // with the stand-in socket as WhatsApp: what a client sees on the instance row, in the records
 // and in the events — QR on the instance, credentials sealed in auth_state, sends with the reserved
 // id through the queue, receipts, received media archived or reported unavailable, view-once media
-// never archived, and reset clearing the stored session.
+// never archived, reset clearing the stored session, and a delete unlinking the device from the
+// phone (embedded, and over the bus as in cluster mode).
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { readFile, unlink } from 'node:fs/promises';
@@ -10,6 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { encryptedStream, proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
+import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
+import { serveSessionRpc } from '../src/rpc-server.ts';
 import { createBaileysDriver } from '../src/drivers/baileys/index.ts';
 import { StandInNetwork } from '../src/drivers/baileys/stand-in-socket.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
@@ -81,6 +84,23 @@ describe('baileys driver in the session worker', function () {
     assert.ok(!left.some((r) => r.category === 'creds' && env.crypto.open(r.value_sealed).includes(MY_PHONE)), 'old credentials gone');
   });
 
+  it('deleting a connected instance unlinks the device from the phone, then forgets its credentials and records', async () => {
+    await connect();
+    const removed = await runtime.remove(instanceId, async () => Number(await env.db('instances').where({ id: instanceId }).delete()) > 0);
+    assert.equal(removed, true);
+    assert.deepEqual(network.logouts, [`${MY_PHONE}:12@s.whatsapp.net`], 'the phone no longer lists the device');
+    assert.equal(await env.db('instances').where({ id: instanceId }).first(), undefined);
+    assert.deepEqual(await env.db('auth_state').where({ instance_id: instanceId }), []);
+    assert.equal(runtime.worker(instanceId), undefined);
+  });
+
+  it('deleting a paused instance asks nothing of the network', async () => {
+    await connect();
+    await runtime.stop(instanceId);
+    assert.equal(await runtime.remove(instanceId, async () => Number(await env.db('instances').where({ id: instanceId }).delete()) > 0), true);
+    assert.deepEqual(network.logouts, []);
+  });
+
   it('sends a queued text with the reserved id; receipts move the item to read; the echo is fromApi', async () => {
     await connect();
     const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'hello from the queue' });
@@ -121,6 +141,44 @@ describe('baileys driver in the session worker', function () {
     assert.deepEqual([data(once).media.url, data(once).media.downloadAvailable], [null, false]);
     const archived = await env.db('media').where({ instance_id: instanceId }).count({ n: '*' }).first();
     assert.equal(Number(archived!.n), 1, 'only the ordinary image is archived');
+  });
+});
+
+describe('baileys driver: a delete through the gateway in cluster mode', function () {
+  this.timeout(20_000);
+  let env: Env;
+  before(async () => (env = await openEnv({ nats: true })));
+  after(() => env?.close());
+
+  it('the session process unlinks the device from the phone and stops before the gateway deletes the records', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const instanceId = await env.createInstance();
+    const host = env.runtime({ driverFactory });
+    const rpc = await serveSessionRpc(env.bus, instanceId, host);
+    const gateway = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
+    try {
+      await host.start(instanceId);
+      await until(() => network.sockets.length === 1, 'socket');
+      network.current.showQr();
+      network.current.completePairing(MY_PHONE);
+      await until(() => network.sockets.length === 2, 'restart after pairing');
+      network.current.open();
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
+
+      let sessionRunningAtDelete: boolean | undefined;
+      const removed = await gateway.remove(instanceId, async () => {
+        sessionRunningAtDelete = host.worker(instanceId) !== undefined;
+        return Number(await env.db('instances').where({ id: instanceId }).delete()) > 0;
+      });
+      assert.equal(removed, true);
+      assert.deepEqual(network.logouts, [`${MY_PHONE}:12@s.whatsapp.net`], 'the phone no longer lists the device');
+      assert.equal(sessionRunningAtDelete, false, 'the session stopped before its records went');
+      assert.deepEqual(await env.db('auth_state').where({ instance_id: instanceId }), []);
+    } finally {
+      await rpc.stop();
+      await host.close();
+    }
   });
 });
 

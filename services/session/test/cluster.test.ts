@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import knexFactory from 'knex';
-import { ConfigError, Problem, subjects, type SessionRuntime } from '@switchboard/core';
+import { ConfigError, Problem, subjects } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { freePort } from '../../../test/support/server.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
@@ -14,7 +14,7 @@ import { expirySweepIntervalMs, startExpirySweeper } from '../src/expiry-sweeper
 import { loadSessionConfig, runSessionProcess } from '../src/main.ts';
 import { ownerLockFor } from '../src/owner-lock.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
-import { serveSessionRpc } from '../src/rpc-server.ts';
+import { serveSessionRpc, type SessionHost } from '../src/rpc-server.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
 import { builtService } from '../../../test/support/built.ts';
 
@@ -221,7 +221,7 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
     // A session whose database is away (a restart) answers 503 with Retry-After, not a fault.
     const away = knexFactory({ client: 'pg', connection: 'postgres://postgres@127.0.0.1:1/gone', pool: { min: 0, max: 1 }, acquireConnectionTimeout: 2000, log: { error: () => undefined, warn: () => undefined } });
-    const databaseAway = { call: () => away.raw('SELECT 1') } as unknown as SessionRuntime;
+    const databaseAway = { call: () => away.raw('SELECT 1') } as unknown as SessionHost;
     const rpc = await serveSessionRpc(env.bus, instanceId, databaseAway);
     try {
       assert.deepEqual(await answer(remote.call(instanceId, 'sandbox.inbound', {})), [503, 'database_unavailable', '1']);
