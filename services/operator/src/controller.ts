@@ -114,13 +114,13 @@ export class Controller {
   private async process(key: string): Promise<number | void> {
     const [kind, name] = key.split('/');
     if (kind === 'instance') return this.instanceReconciler.reconcile(this.o.namespace, name);
-    const result = await this.projectReconciler.reconcile(this.o.namespace, name);
-    // Instances that name this project link to its record now that it exists (an Instance applied
-    // before its Project would otherwise wait for the next resync).
+    // Instances that name a project whose record was just created link to it now (an Instance
+    // applied before its Project would otherwise wait for the next resync). Only then: every
+    // status write brings the Project back here, and a big project's instances would follow.
+    if (!(await this.projectReconciler.reconcile(this.o.namespace, name))) return;
     for (const instance of this.instances.list(this.o.namespace)) {
       if (instance.spec?.projectRef === name) this.queue.add(`instance/${instance.metadata.name}`);
     }
-    return result;
   }
 
   /** Queues instances whose recorded state differs from their status, or whose recorded `paused`

@@ -143,8 +143,10 @@ export class InstanceStore {
     });
   }
 
-  async ensureProject(id: string, name: string): Promise<void> {
-    await this.db('projects').insert({ id, name }).onConflict('id').merge({ name, updated_at: this.db.fn.now() });
+  /** True when the record did not exist (PostgreSQL: a row inserted, not updated, has xmax 0). */
+  async ensureProject(id: string, name: string): Promise<boolean> {
+    const [row] = await this.db('projects').insert({ id, name }).onConflict('id').merge({ name, updated_at: this.db.fn.now() }).returning(this.db.raw('(xmax = 0) AS inserted'));
+    return Boolean(row?.inserted);
   }
 
   async deleteProject(id: string): Promise<void> {

@@ -13,35 +13,38 @@ export class ProjectReconciler {
     private readonly store: InstanceStore,
   ) {}
 
-  async reconcile(namespace: string, name: string): Promise<void> {
+  /** True when this reconcile created the project record (the instances naming it can link now). */
+  async reconcile(namespace: string, name: string): Promise<boolean> {
     let project: Project;
     try {
       project = (await this.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROJECTS, name })) as Project;
     } catch (err) {
-      if (isStatus(err, 404)) return;
+      if (isStatus(err, 404)) return false;
       throw err;
     }
     const finalizers = project.metadata.finalizers ?? [];
     if (project.metadata.deletionTimestamp) {
-      if (!finalizers.includes(PROJECT_FINALIZER)) return;
+      if (!finalizers.includes(PROJECT_FINALIZER)) return false;
       await this.store.deleteProject(name);
       project.metadata.finalizers = finalizers.filter((f) => f !== PROJECT_FINALIZER);
       await this.replace(project);
-      return;
+      return false;
     }
     if (!finalizers.includes(PROJECT_FINALIZER)) {
       project.metadata.finalizers = [...finalizers, PROJECT_FINALIZER];
       project = await this.replace(project);
     }
-    await this.store.ensureProject(name, project.spec.displayName);
+    const created = await this.store.ensureProject(name, project.spec.displayName);
     const generation = project.metadata.generation ?? 1;
     const status = {
       ...(project.status ?? {}),
       observedGeneration: generation,
       conditions: setCondition(project.status?.conditions, { type: 'Ready', status: 'True', observedGeneration: generation, reason: 'RecordInSync', message: 'The project record matches this resource.' }),
     };
-    if (sameStatus(status, project.status)) return;
-    await this.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: PROJECTS, name, body: { ...project, status } });
+    if (!sameStatus(status, project.status)) {
+      await this.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: PROJECTS, name, body: { ...project, status } });
+    }
+    return created;
   }
 
   private async replace(project: Project): Promise<Project> {

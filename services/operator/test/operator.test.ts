@@ -603,5 +603,14 @@ describe('operator: changes no watch event of the resource itself announces', fu
     assert.equal((await row()).project_id, null, 'no project record yet');
     await create(PROJECTS, 'Project', 'late', { displayName: 'Late' });
     await eventually(async () => assert.equal((await row()).project_id, 'late'), 3000);
+
+    // Further changes of the Project (its record exists) leave its instances alone.
+    await controller.idle();
+    const reads = () => fake.requests.filter((r) => r === `GET /apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/${INSTANCES}/inst-early`).length;
+    const before = reads();
+    await kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, name: 'late', body: { spec: { displayName: 'Later' } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    await eventually(async () => assert.equal((await t.db('projects').where({ id: 'late' }).first()).name, 'Later'));
+    await controller.idle();
+    assert.equal(reads(), before, 'no instance reconciled for a change of its project');
   });
 });
