@@ -133,7 +133,7 @@ export function render(container, { api, navigate, instance, refresh }) {
   }
 
   async function remove(button) {
-    const ok = await confirmAction(`Delete “${latest.name}”? Its session, credentials and records are removed.`, { title: 'Delete this instance?', confirmLabel: 'Delete' });
+    const ok = await confirmAction(`Delete “${latest.name}”? A connected session is unlinked from the phone; its credentials and records are removed.`, { title: 'Delete this instance?', confirmLabel: 'Delete' });
     if (!ok) return;
     await withButton(button, async () => {
       await api.delete(path`/api/instances/${id}`);
