@@ -290,7 +290,9 @@ export class InstanceReconciler {
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
     const pod = (await this.podState(instance)).state;
     if (pod !== 'absent' && pod !== 'foreign') {
-      // The records go only after the session stopped, so it cannot write to them again.
+      // The session stopping for this unlinks the device from the phone; the records go only after
+      // it stopped, so it cannot write to them again.
+      await this.d.store.markDeletionRequested(instance.metadata.name);
       await this.stopPod(instance, pod);
       return this.d.pollMs ?? 1000;
     }

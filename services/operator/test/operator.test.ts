@@ -31,6 +31,8 @@ describe('operator: Instance and Project reconciliation', function () {
   let afterNextReset: ((id: string) => void) | undefined;
   /** Session pods present each time the records of a deleted instance were deleted. */
   let podsDuringDelete: number[] = [];
+  /** Session pods present when a deleted instance's record was marked (its session then unlinks). */
+  let podsAtDeletionMark: number[] = [];
   /** While true, deleting an instance's records fails (a database outage during the finalizer). */
   let failRecordDeletes = false;
 
@@ -46,6 +48,11 @@ describe('operator: Instance and Project reconciliation', function () {
         afterNextReset = undefined;
         hook?.(id);
         return true;
+      }
+
+      override async markDeletionRequested(id: string): Promise<void> {
+        podsAtDeletionMark.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
+        return super.markDeletionRequested(id);
       }
 
       override async delete(id: string): Promise<boolean> {
@@ -355,11 +362,13 @@ describe('operator: Instance and Project reconciliation', function () {
     await createInstance('inst-final', { displayName: 'Final' });
     await eventually(() => assert.ok(pod('inst-final'), 'inst-final has a session pod'));
     podsDuringDelete = [];
+    podsAtDeletionMark = [];
     failRecordDeletes = true;
     await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-final' });
     await eventually(() => assert.ok(podsDuringDelete.length >= 2, 'the record delete was retried'));
     assert.ok(instance('inst-final')?.metadata.deletionTimestamp, 'the resource stays while its records cannot be deleted');
-    assert.ok(await row('inst-final'));
+    assert.ok((await row('inst-final'))?.deletion_requested_at, 'the session is told it stops for a delete (it unlinks the device)');
+    assert.equal(podsAtDeletionMark[0], 1, 'told before its pod was deleted');
     assert.equal(pod('inst-final'), undefined);
     failRecordDeletes = false;
     await eventually(async () => {

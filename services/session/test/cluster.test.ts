@@ -331,6 +331,45 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
   });
 });
 
+describe('session process: stopping for a deleted Instance', function () {
+  this.timeout(20_000);
+  let env: Env;
+  before(async () => (env = await openEnv({ nats: true })));
+  after(() => env?.close());
+
+  it('unlinks the device when the operator marked the instance for deletion (credentials erased, nothing recorded); otherwise keeps it', async () => {
+    for (const deleting of [false, true]) {
+      const instanceId = await env.createInstance({ paused: false });
+      const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-delete-'));
+      const cfg = loadSessionConfig({
+        INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
+        ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error',
+      });
+      const shutdown = await runSessionProcess(cfg);
+      const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
+      try {
+        await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+        await remote.call(instanceId, 'sandbox.scan', { phone: '5511900003333' });
+        await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
+        assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length > 0, true, 'paired: credentials stored');
+        if (deleting) await env.db('instances').where({ id: instanceId }).update({ deletion_requested_at: env.db.fn.now() });
+      } finally {
+        await shutdown(); // the pod's SIGTERM
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+      const credentials = await env.db('auth_state').where({ instance_id: instanceId });
+      const row = await instanceRow(env.db, instanceId);
+      if (deleting) {
+        assert.deepEqual(credentials, [], 'logged out: the credentials are gone with the link');
+        assert.equal(row.state, 'connected', 'no state recorded for a record about to be deleted');
+      } else {
+        assert.ok(credentials.length > 0, 'a restart keeps the pairing');
+        assert.equal(row.state, 'reconnecting');
+      }
+    }
+  });
+});
+
 describe('session process configuration', () => {
   it('names each missing variable', () => {
     assert.throws(() => loadSessionConfig({}), (e: any) => /INSTANCE_ID/.test(e.message) && /DATABASE_URL/.test(e.message) && /NATS_URL/.test(e.message));

@@ -15,6 +15,7 @@ import * as m011 from './011_media_purge_queue.ts';
 import * as m012 from './012_sandbox_echo_owed.ts';
 import * as m013 from './013_instance_spec_stamp.ts';
 import * as m014 from './014_encryption_key_check.ts';
+import * as m015 from './015_instance_deletion_requested.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -36,6 +37,7 @@ const migrations: Record<string, Migration> = {
   '012_sandbox_echo_owed': m012,
   '013_instance_spec_stamp': m013,
   '014_encryption_key_check': m014,
+  '015_instance_deletion_requested': m015,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
