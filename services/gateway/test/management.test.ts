@@ -165,11 +165,12 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
     it('reads request bodies as JSON only and says which fields are missing or mistyped', async () => {
       const post = (contentType: string, body: string) =>
         fetch(`${t.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${t.adminKey}`, 'content-type': contentType }, body });
-      for (const [contentType, body] of [['text/plain', '{"name":"Plain"}'], ['application/x-www-form-urlencoded', 'name=Form']]) {
+      for (const [contentType, body] of [['text/plain', '{"name":"Plain"}'], ['application/x-www-form-urlencoded', 'name=Form'], [';;;', '{"name":"No type"}'], ['+json', '{"name":"No type"}'], ['application/+json', '{"name":"No subtype"}']]) {
         const res = await post(contentType, body);
         assertProblem({ status: res.status, headers: res.headers, body: await res.json() }, 400, 'unsupported_content_type');
       }
       assert.equal((await post('application/json; charset=utf-8', '{"name":"With charset"}')).status, 201);
+      assert.equal((await post('application/merge-patch+json', '{"name":"A +json type"}')).status, 201);
       // Bytes that are not UTF-8 JSON are refused, not stored with their letters replaced.
       const raw = async (headers: Record<string, string>, bytes: Buffer, code: string) => {
         const res = await fetch(`${t.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${t.adminKey}`, 'content-type': 'application/json', ...headers }, body: new Uint8Array(bytes) as Uint8Array<ArrayBuffer> });

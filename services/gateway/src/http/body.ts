@@ -40,10 +40,12 @@ function declaresCompression(ctx: Context): boolean {
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
-/** The spec's bodies are JSON: application/json or a +json type; a body without a declared type is read as JSON. */
+/** The spec's bodies are JSON: application/json or a +json type; a body without a declared type
+ *  is read as JSON. A declared type that is not a media type at all (`;;;`) is not. */
 function declaresJson(contentType: string): boolean {
+  if (contentType.trim() === '') return true;
   const mediaType = contentType.split(';')[0].trim().toLowerCase();
-  return mediaType === '' || mediaType === 'application/json' || mediaType.endsWith('+json');
+  return mediaType === 'application/json' || /^[a-z0-9][\w!#$&^.+-]*\/[\w!#$&^.+-]+\+json$/.test(mediaType);
 }
 
 function tooLarge(limit: number): Problem {
