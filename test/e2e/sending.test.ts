@@ -307,6 +307,19 @@ for (const mode of modes) {
       const paused = await t.admin.post(`/api/instances/${other.id}/messages`, { phone: '5511988887777', type: 'text', text: 'x' });
       assert.equal(paused.status, 409);
       assert.equal(paused.body.code, 'instance_paused');
+      // A send that can never succeed is told why (400, 413, 422), not to retry once connected.
+      const image = { phone: '5511988887777', type: 'image', base64: Buffer.from('png').toString('base64'), mimetype: 'image/png' };
+      const hopeless: [Record<string, unknown>, number, string][] = [
+        [{ ...image, mimetype: 'audio/mpeg' }, 400, 'validation_failed'],
+        [{ ...image, ptt: true }, 422, 'unsupported_option'],
+        [{ ...image, base64: 'not base64!' }, 400, 'invalid_base64'],
+        [{ ...image, base64: Buffer.alloc(32 * 1024 * 1024 + 1).toString('base64') }, 413, 'media_too_large'],
+      ];
+      for (const [body, status, code] of hopeless) {
+        const res = await t.admin.post(`/api/instances/${other.id}/messages`, body);
+        assert.deepEqual([res.status, res.body.code], [status, code], JSON.stringify(body).slice(0, 80));
+      }
+      assert.equal((await t.admin.post(`/api/instances/${other.id}/messages`, image)).body.code, 'instance_paused');
     });
 
     it('disconnect keeps credentials; reset requires a new pairing', async () => {

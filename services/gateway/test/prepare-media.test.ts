@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { Problem } from '@switchboard/core';
 import { startTestServer, type TestServer } from '../../../test/support/server.ts';
 import type { GatewayDeps } from '../src/deps.ts';
-import { prepareMedia } from '../src/sending/media.ts';
+import { checkMedia, storeSendMedia } from '../src/sending/media.ts';
 
 describe('media of a send whose instance was deleted meanwhile', () => {
   let t: TestServer;
@@ -26,7 +26,7 @@ describe('media of a send whose instance was deleted meanwhile', () => {
     };
     try {
       const send = { phone: '5511922221111', type: 'document' as const, base64: Buffer.from('a file').toString('base64'), mimetype: 'text/plain' };
-      await assert.rejects(prepareMedia(deps, gone, send), (err: unknown) => err instanceof Problem && err.status === 404 && err.detail.startsWith('The instance'));
+      await assert.rejects(storeSendMedia(deps, gone, send, checkMedia(send)!), (err: unknown) => err instanceof Problem && err.status === 404 && err.detail.startsWith('The instance'));
     } finally {
       media.put = put;
     }

@@ -15,7 +15,7 @@ import {
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { settingsOf } from '../records.ts';
-import { prepareMedia } from './media.ts';
+import { checkMedia, storeSendMedia } from './media.ts';
 import type { NewSendItem } from './send-item-writer.ts';
 
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
@@ -59,8 +59,11 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     const reused = await findReusable(deps.db, instanceId, idempotencyKey, contentHash!);
     if (reused) return reused;
   }
+  // A request that can never succeed says so (400, 413, 422) rather than 409 or 429, which ask for
+  // a retry. Only a voice note's conversion waits for an instance that takes the send.
+  const decoded = checkMedia(req);
   if (refusal) throw refusal;
-  const media = await prepareMedia(deps, instanceId, req);
+  const media = decoded && (await storeSendMedia(deps, instanceId, req, decoded));
   const item: NewSendItem = {
     id: newId('msg'),
     instance_id: instanceId,

@@ -1,5 +1,7 @@
-// Media of a send: decoded once, checked, converted to a voice note when asked, and stored
-// encrypted before the queue item exists (an orphan blob is removed by retention).
+// Media of a send: decoded once and checked (checkMedia, before the instance's state is, so a
+// request that can never succeed is told so rather than asked to retry), then converted to a voice
+// note when asked and stored encrypted before the queue item exists (storeSendMedia; an orphan blob
+// is removed by retention).
 import { isForeignKeyViolation, Problem, problems, storeMedia } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
@@ -7,14 +9,22 @@ import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
 import { convertToVoiceNote } from '../media/voice-note.ts';
 import { mediaSeconds } from '../media/duration.ts';
 
-export async function prepareMedia(deps: GatewayDeps, instanceId: string, req: SendRequest): Promise<{ id: string; mimetype: string; seconds?: number } | undefined> {
-  if (req.type === 'text') {
-    if (req.ptt) throw unsupported('ptt is only for audio');
-    return undefined;
-  }
+export interface DecodedMedia {
+  mimetype: string;
+  bytes: Uint8Array;
+}
+
+/** The checks that need no conversion: ptt only on audio (422), the mimetype (400), the base64 and
+ *  its decoded size (400, 413). Undefined for a text. */
+export function checkMedia(req: SendRequest): DecodedMedia | undefined {
   if (req.ptt && req.type !== 'audio') throw unsupported('ptt is only for audio');
-  let mimetype = assertMimetype(req.type, req.mimetype!);
-  let bytes: Uint8Array = decodeBase64Strict(req.base64!);
+  if (req.type === 'text') return undefined;
+  return { mimetype: assertMimetype(req.type, req.mimetype!), bytes: decodeBase64Strict(req.base64!) };
+}
+
+/** Converts a voice note (422 when its audio cannot be decoded) and stores the file. */
+export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req: SendRequest, decoded: DecodedMedia): Promise<{ id: string; mimetype: string; seconds?: number }> {
+  let { mimetype, bytes } = decoded;
   let seconds: number | undefined;
   if (req.type === 'audio' && req.ptt) {
     const note = await convertToVoiceNote(bytes);
