@@ -30,8 +30,9 @@ export interface InstanceReconcilerDeps {
   pollMs?: number;
   /** How long past its grace period a terminating pod may stay before it counts as stuck (60 s). */
   stuckPodAfterMs?: number;
-  /** How soon to look again while a foreign pod has the session pod's name (30 s): the pod watch
-   *  sees only the operator's own pods, so its removal brings no event. */
+  /** How soon to look again while a foreign pod or Secret has the name of ours (30 s): the pod
+   *  watch sees only the operator's own pods and there is no Secret watch, so its removal brings
+   *  no event. */
   nameTakenPollMs?: number;
 }
 
@@ -116,7 +117,7 @@ export class InstanceReconciler {
     const fresh = (await this.d.store.find(name)) ?? row;
     await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, { notReady: observed.notReady, secretNameTaken }));
     if (waiting) return this.d.pollMs ?? 1000;
-    if (wantRunning && pod === 'foreign') return this.d.nameTakenPollMs ?? 30_000;
+    if ((wantRunning && pod === 'foreign') || secretNameTaken) return this.d.nameTakenPollMs ?? 30_000;
   }
 
   private async read(namespace: string, name: string): Promise<Instance | undefined> {

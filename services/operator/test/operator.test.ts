@@ -409,8 +409,9 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.deepEqual(warnings.sort(), ['PodNameTaken', 'SecretNameTaken'], 'one warning each, not one per reconcile');
 
     await core.deleteNamespacedPod({ name: sessionPodName('inst-squat'), namespace: NAMESPACE });
-    await core.deleteNamespacedSecret({ name: tokenSecretName('inst-squat'), namespace: NAMESPACE });
     await eventually(() => assert.equal(condition('inst-squat', 'Ready')?.reason, 'SessionRunning'));
+    await core.deleteNamespacedSecret({ name: tokenSecretName('inst-squat'), namespace: NAMESPACE }); // no watch event comes of it
+    await eventually(() => assert.ok(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))?.metadata.ownerReferences));
     const uid = instance('inst-squat')!.metadata.uid;
     assert.equal(pod('inst-squat')!.metadata.ownerReferences[0].uid, uid);
     assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))!.metadata.ownerReferences[0].uid, uid);
