@@ -10,6 +10,7 @@ import { ApiClient } from '../support/http.ts';
 import { REPO_ROOT } from '../support/cluster.ts';
 import { createInstance, pairOnSandbox, setWebhook } from './api.ts';
 import { printTable, writeJson, type Row } from './report.ts';
+import { settleMachine } from './settle.ts';
 import { measureAccept, prepareAcceptInstances, type AcceptFigures } from './scenarios/accept.ts';
 import { measureDispatcher, PER_DESTINATION_CONCURRENCY } from './scenarios/dispatcher-throughput.ts';
 import { measureSessionMemory } from './scenarios/memory.ts';
@@ -37,6 +38,12 @@ const wants = (scenario: Scenario) => !ONLY || ONLY.includes(scenario);
 const started = Date.now();
 function progress(step: string) {
   return (line: string) => console.log(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${step}: ${line}`);
+}
+
+/** Each scenario starts on a quiet machine: the previous one's leftovers are not in its window. */
+async function settled<T>(scenario: () => Promise<T>): Promise<T> {
+  await settleMachine(progress('settle'));
+  return scenario();
 }
 
 async function acceptOn(name: string, server: { url: string; adminKey: string }, results: Record<string, AcceptFigures>): Promise<void> {
@@ -71,13 +78,13 @@ async function main(): Promise<void> {
   console.log(`bench: ${cpus().length} CPUs (${cpus()[0]?.model}), node ${process.version}, ${SECONDS} s windows`);
   const accept: Record<string, AcceptFigures> = {};
   if (ONLY) return runSelected(accept);
-  await acceptReference('baseline', accept);
-  await acceptReference('floor', accept);
-  await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
-  await acceptOnCluster(accept);
+  await settled(() => acceptReference('baseline', accept));
+  await settled(() => acceptReference('floor', accept));
+  await settled(() => withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept)));
+  await settled(() => acceptOnCluster(accept));
 
-  const dispatcher = await measureDispatcherScenario();
-  const pipeline = await measurePipeline();
+  const dispatcher = await settled(measureDispatcherScenario);
+  const pipeline = await settled(measurePipeline);
   const rows = tableRows(accept, dispatcher, pipeline);
   console.log('');
   printTable(rows);
@@ -99,15 +106,15 @@ async function main(): Promise<void> {
 /** BENCH_ONLY: the selected scenarios, printed as JSON (no table, nothing written). */
 async function runSelected(accept: Record<string, AcceptFigures>): Promise<void> {
   const out: Record<string, unknown> = {};
-  if (wants('baseline')) await acceptReference('baseline', accept);
-  if (wants('floor')) await acceptReference('floor', accept);
-  if (wants('accept-embedded')) await withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept));
-  if (wants('accept-cluster')) await acceptOnCluster(accept);
+  if (wants('baseline')) await settled(() => acceptReference('baseline', accept));
+  if (wants('floor')) await settled(() => acceptReference('floor', accept));
+  if (wants('accept-embedded')) await settled(() => withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept)));
+  if (wants('accept-cluster')) await settled(() => acceptOnCluster(accept));
   const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
   out.accept = Object.fromEntries(Object.entries(accept).map(([k, v]) => [k, strip(v)]));
-  if (wants('dispatcher')) out.dispatcher = await measureDispatcherScenario();
+  if (wants('dispatcher')) out.dispatcher = await settled(measureDispatcherScenario);
   if (wants('pipeline')) {
-    const p = await measurePipeline();
+    const p = await settled(measurePipeline);
     const brief = (w: { p50Ms: number; p99Ms: number; arrived: number; sent: number }) => ({ p50Ms: w.p50Ms, p99Ms: w.p99Ms, arrived: w.arrived, sent: w.sent });
     out.pipeline = { e2e: brief(p.e2e), isolation: { single: brief(p.isolation.single), alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
   }
