@@ -258,20 +258,14 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
   it('the session process serves /health and /ready on HEALTH_PORT (the pod probes), until it stops', async () => {
     const instanceId = await env.createInstance();
     const port = await freePort();
-    const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-health-'));
-    const cfg = loadSessionConfig({
-      INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
-      ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, HEALTH_PORT: String(port), LOG_LEVEL: 'error',
-    });
-    const shutdown = await runSessionProcess(cfg);
+    const stop = await startSessionProcess(env, instanceId, { HEALTH_PORT: String(port) });
     try {
       assert.deepEqual(await (await fetch(`http://127.0.0.1:${port}/health`)).json(), { status: 'ok' });
       const ready = await fetch(`http://127.0.0.1:${port}/ready`);
       assert.equal(ready.status, 200);
       assert.equal((await ready.json()).status, 'ready');
     } finally {
-      await shutdown();
-      rmSync(dataDir, { recursive: true, force: true });
+      await stop();
     }
     await assert.rejects(fetch(`http://127.0.0.1:${port}/health`), 'the port closes with the process');
   });
@@ -288,12 +282,7 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
 
   it('a session process follows the recorded run state even when no start or stop request reaches it', async () => {
     const instanceId = await env.createInstance({ paused: true });
-    const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-follow-'));
-    const cfg = loadSessionConfig({
-      INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
-      ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error', SESSION_RUN_STATE_CHECK_MS: '50',
-    });
-    const shutdown = await runSessionProcess(cfg);
+    const stop = await startSessionProcess(env, instanceId, { SESSION_RUN_STATE_CHECK_MS: '50' });
     try {
       assert.equal((await instanceRow(env.db, instanceId)).state, 'stopped');
       // A connect whose start request was lost on the bus: only the record says "run".
@@ -303,49 +292,30 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       await env.db('instances').where({ id: instanceId }).update({ paused: true });
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'stopped', 'stopped from the record');
     } finally {
-      await shutdown();
-      rmSync(dataDir, { recursive: true, force: true });
+      await stop();
     }
   });
 
   it('a stopping session process leaves its instance reconnecting, or stopped when it was paused behind its back', async () => {
     for (const pausedMeanwhile of [false, true]) {
       const instanceId = await env.createInstance({ paused: false });
-      const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-stop-'));
-      const cfg = loadSessionConfig({
-        INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
-        ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error',
-      });
-      const shutdown = await runSessionProcess(cfg);
+      const stop = await startSessionProcess(env, instanceId);
       try {
         await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
         // A disconnect whose stop never reached this process (the bus was down): only the record says paused.
         if (pausedMeanwhile) await env.db('instances').where({ id: instanceId }).update({ paused: true });
       } finally {
-        await shutdown();
-        rmSync(dataDir, { recursive: true, force: true });
+        await stop();
       }
       const row = await instanceRow(env.db, instanceId);
       assert.equal(row.state, pausedMeanwhile ? 'stopped' : 'reconnecting', `paused meanwhile: ${pausedMeanwhile}`);
     }
   });
-});
-
-describe('session process: stopping for a deleted Instance', function () {
-  this.timeout(20_000);
-  let env: Env;
-  before(async () => (env = await openEnv({ nats: true })));
-  after(() => env?.close());
 
   it('unlinks the device when the operator marked the instance for deletion (credentials erased, nothing recorded); otherwise keeps it', async () => {
     for (const deleting of [false, true]) {
       const instanceId = await env.createInstance({ paused: false });
-      const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-delete-'));
-      const cfg = loadSessionConfig({
-        INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
-        ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error',
-      });
-      const shutdown = await runSessionProcess(cfg);
+      const stop = await startSessionProcess(env, instanceId);
       const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
       try {
         await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
@@ -354,8 +324,7 @@ describe('session process: stopping for a deleted Instance', function () {
         assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length > 0, true, 'paired: credentials stored');
         if (deleting) await env.db('instances').where({ id: instanceId }).update({ deletion_requested_at: env.db.fn.now() });
       } finally {
-        await shutdown(); // the pod's SIGTERM
-        rmSync(dataDir, { recursive: true, force: true });
+        await stop(); // the pod's SIGTERM
       }
       const credentials = await env.db('auth_state').where({ instance_id: instanceId });
       const row = await instanceRow(env.db, instanceId);
@@ -369,6 +338,27 @@ describe('session process: stopping for a deleted Instance', function () {
     }
   });
 });
+
+/** A session process (main.ts) for the instance, as its pod runs it; the returned stop is the
+ *  pod's SIGTERM. */
+async function startSessionProcess(env: Env, instanceId: string, extra: Record<string, string> = {}): Promise<() => Promise<void>> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'sb-session-process-'));
+  const cfg = loadSessionConfig({
+    INSTANCE_ID: instanceId, DATABASE_URL: env.dbUrl, NATS_URL, NATS_NAMESPACE: env.namespace, NETWORK_DRIVER: 'sandbox',
+    ENCRYPTION_KEY: env.encryptionKey.toString('base64'), DATA_DIR: dataDir, LOG_LEVEL: 'error', ...extra,
+  });
+  const shutdown = await runSessionProcess(cfg).catch((err: unknown) => {
+    rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  });
+  return async () => {
+    try {
+      await shutdown();
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  };
+}
 
 describe('session process configuration', () => {
   it('names each missing variable', () => {
