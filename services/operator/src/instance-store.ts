@@ -132,13 +132,13 @@ export class InstanceStore {
     );
   }
 
-  /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
-   *  CASCADE). False, changing nothing, while a session still holds the instance. */
   /** Tells the session that stops next that its instance is being deleted (it unlinks the device). */
   async markDeletionRequested(id: string): Promise<void> {
     await this.db('instances').where({ id }).whereNull('deletion_requested_at').update({ deletion_requested_at: this.db.fn.now() });
   }
 
+  /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
+   *  CASCADE). False, changing nothing, while a session still holds the instance. */
   async delete(id: string): Promise<boolean> {
     return this.db.transaction(async (trx) => {
       if (!(await lockUnheldInstance(trx, id)).unheld) return false;
