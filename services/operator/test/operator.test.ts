@@ -415,7 +415,7 @@ describe('operator: Instance and Project reconciliation', function () {
     const uid = instance('inst-squat')!.metadata.uid;
     assert.equal(pod('inst-squat')!.metadata.ownerReferences[0].uid, uid);
     assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))!.metadata.ownerReferences[0].uid, uid);
-    assert.equal(instance('inst-squat')!.status.tokenSecretName, tokenSecretName('inst-squat'));
+    await eventually(() => assert.equal(instance('inst-squat')!.status.tokenSecretName, tokenSecretName('inst-squat')), 3000); // the status follows the Secret
 
     // Paused (its own pod gone), a foreign pod takes the name, and the Instance is deleted: the
     // records go, the foreign pod stays.
