@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { recordConnectionState, recordSpecStamp } from '@switchboard/core';
 import { Controller } from '../src/controller.ts';
+import { EventRecorder } from '../src/event-recorder.ts';
+import { InstanceReconciler } from '../src/instance-reconciler.ts';
 import { InstanceStore } from '../src/instance-store.ts';
 import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
 import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instance-resources.ts';
@@ -429,6 +431,18 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.equal(await row('inst-squat'), undefined);
     });
     assert.equal(pod('inst-squat')?.spec.containers[0].image, 'nginx', 'their pod outlives the Instance');
+  });
+
+  it('asks to look again while its token Secret name is taken, as no watch event announces its removal', async () => {
+    const core = kubeConfigFor(fake.url).makeApiClient(CoreV1Api);
+    const reconciler = new InstanceReconciler({ custom: kubectl, core, store, events: new EventRecorder(core, 'test'), session: SESSION, nameTakenPollMs: 4321 });
+    await core.createNamespacedSecret({ namespace: NAMESPACE, body: { metadata: { name: tokenSecretName('inst-taken') }, data: { password: 'dGhlaXJz' } } });
+    await createInstance('inst-taken', { displayName: 'Taken Secret name', paused: true });
+    // The controller reconciles the same Instance meanwhile: a write of ours may meet a 409, and is retried.
+    await eventually(async () => assert.equal(await reconciler.reconcile(NAMESPACE, 'inst-taken'), 4321));
+    await core.deleteNamespacedSecret({ name: tokenSecretName('inst-taken'), namespace: NAMESPACE });
+    await eventually(async () => assert.equal(await reconciler.reconcile(NAMESPACE, 'inst-taken'), undefined));
+    assert.ok(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-taken'))?.metadata.ownerReferences, 'its own Secret now');
   });
 
   it('keeps the records of an instance whose session still runs somewhere (its pod gone), and erases nothing', async () => {

@@ -46,18 +46,7 @@ describe('baileys driver in the session worker', function () {
 
   const row = () => instanceRow(env.db, instanceId);
 
-  /** start → QR → scan (515 restart) → login. */
-  async function connect(): Promise<string> {
-    await runtime.start(instanceId);
-    await until(() => network.sockets.length === 1, 'socket');
-    const qr = network.current.showQr();
-    await until(async () => (await row()).state === 'awaiting_scan', 'awaiting_scan');
-    network.current.completePairing(MY_PHONE);
-    await until(() => network.sockets.length === 2, 'restart after pairing');
-    network.current.open();
-    await until(async () => (await row()).state === 'connected', 'connected');
-    return qr;
-  }
+  const connect = () => pairAndConnect(env, runtime, network, instanceId);
 
   it('shows the QR on the instance, connects as the phone and keeps credentials sealed; reset clears them', async () => {
     await runtime.start(instanceId);
@@ -158,13 +147,7 @@ describe('baileys driver: a delete through the gateway in cluster mode', functio
     const rpc = await serveSessionRpc(env.bus, instanceId, host);
     const gateway = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
     try {
-      await host.start(instanceId);
-      await until(() => network.sockets.length === 1, 'socket');
-      network.current.showQr();
-      network.current.completePairing(MY_PHONE);
-      await until(() => network.sockets.length === 2, 'restart after pairing');
-      network.current.open();
-      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
+      await pairAndConnect(env, host, network, instanceId);
 
       let sessionRunningAtDelete: boolean | undefined;
       const removed = await gateway.remove(instanceId, async () => {
@@ -181,6 +164,20 @@ describe('baileys driver: a delete through the gateway in cluster mode', functio
     }
   });
 });
+
+/** start → QR → scan (515 restart) → login; returns the QR. */
+async function pairAndConnect(env: Env, runtime: LocalSessionRuntime, network: StandInNetwork, instanceId: string): Promise<string> {
+  const row = () => instanceRow(env.db, instanceId);
+  await runtime.start(instanceId);
+  await until(() => network.sockets.length === 1, 'socket');
+  const qr = network.current.showQr();
+  await until(async () => (await row()).state === 'awaiting_scan', 'awaiting_scan');
+  network.current.completePairing(MY_PHONE);
+  await until(() => network.sockets.length === 2, 'restart after pairing');
+  network.current.open();
+  await until(async () => (await row()).state === 'connected', 'connected');
+  return qr;
+}
 
 function inbound(message: Record<string, unknown>): WAMessage {
   return {
