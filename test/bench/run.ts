@@ -53,6 +53,10 @@ async function acceptOn(name: string, server: { url: string; adminKey: string },
   results[`${name}+key`] = await measureAccept(server.url, await fresh(), true, { ...ACCEPT, progress: progress(`accept ${name} with Idempotency-Key`) });
 }
 
+function acceptOnEmbedded(results: Record<string, AcceptFigures>): Promise<void> {
+  return withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, results));
+}
+
 function acceptOnCluster(results: Record<string, AcceptFigures>): Promise<void> {
   return withServer(() => startBenchCluster({ nodeArgs: benchNodeArgs() }), (b) => acceptOn('cluster', { url: b.cluster.url, adminKey: b.cluster.adminKey }, results));
 }
@@ -80,7 +84,7 @@ async function main(): Promise<void> {
   if (ONLY) return runSelected(accept);
   await settled(() => acceptReference('baseline', accept));
   await settled(() => acceptReference('floor', accept));
-  await settled(() => withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept)));
+  await settled(() => acceptOnEmbedded(accept));
   await settled(() => acceptOnCluster(accept));
 
   const dispatcher = await settled(measureDispatcherScenario);
@@ -108,7 +112,7 @@ async function runSelected(accept: Record<string, AcceptFigures>): Promise<void>
   const out: Record<string, unknown> = {};
   if (wants('baseline')) await settled(() => acceptReference('baseline', accept));
   if (wants('floor')) await settled(() => acceptReference('floor', accept));
-  if (wants('accept-embedded')) await settled(() => withServer(() => startEmbedded(), (s: ServerUnderTest) => acceptOn('embedded', s, accept)));
+  if (wants('accept-embedded')) await settled(() => acceptOnEmbedded(accept));
   if (wants('accept-cluster')) await settled(() => acceptOnCluster(accept));
   const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
   out.accept = Object.fromEntries(Object.entries(accept).map(([k, v]) => [k, strip(v)]));
