@@ -378,13 +378,19 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         const id = created.body.id;
         const carriers = [
           created,
-          await t.admin.post(`/api/instances/${id}/token`),
+          await t.admin.post(`/api/instances/${id}/token`), // renews: carriers[1] holds the token
           await t.admin.get(`/api/instances/${id}/credentials`),
           await t.admin.post(`/api/instances/${id}/apps`, { name: 'ERP' }),
           await t.admin.put(`/api/instances/${id}/webhook`, { url: 'https://hooks.example.com/all' }),
           await t.admin.get(`/api/instances/${id}/webhook/secret`),
           await t.admin.post(`/api/instances/${id}/webhook/secret`),
+          // Instance records may carry a QR code: scanning it links a phone to the instance.
+          await t.admin.get(`/api/instances/${id}`),
+          await t.admin.get('/api/instances'),
+          await t.admin.patch(`/api/instances/${id}`, { name: 'Cache check 2' }),
+          await t.admin.post(`/api/instances/${id}/connect`),
         ];
+        carriers.push(await t.client(carriers[1].body.apiToken).get(`/api/instances/${id}`));
         carriers.forEach((res, i) => {
           assert.ok(res.status < 300, `response ${i}: ${res.status}`);
           assert.equal(res.headers.get('cache-control'), 'no-store', `response ${i}`);

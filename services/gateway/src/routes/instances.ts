@@ -19,6 +19,12 @@ async function reload(deps: GatewayDeps, id: string) {
   return instanceRecord(await loadInstance(deps, id));
 }
 
+/** An instance record may carry a QR code, and whoever scans it links their phone to the
+ *  instance: like every other secret, it is marked for no cache to keep. */
+function recordReply(body: unknown) {
+  return { body, headers: SECRET_HEADERS };
+}
+
 /** Cluster mode mirrors a new instance into its Instance resource, whole; later operations
  *  write only the fields they change (`deps.resources.update`). */
 async function mirrorCreated(deps: GatewayDeps, row: any): Promise<void> {
@@ -43,7 +49,7 @@ export const instanceRoutes = [
     responses: { 200: listOf(InstanceRecord) },
     handler: async ({ deps }) => {
       const rows = await deps.db('instances').orderBy('created_at', 'desc').orderBy('id', 'desc');
-      return { body: { data: await Promise.all(rows.map(instanceRecord)) } };
+      return recordReply({ data: await Promise.all(rows.map(instanceRecord)) });
     },
   }),
   route({
@@ -81,7 +87,7 @@ export const instanceRoutes = [
     tag: 'instances',
     summary: 'Get an instance with its state and QR code',
     responses: { 200: InstanceRecord, 404: 'absent' },
-    handler: async ({ deps, params }) => ({ body: await reload(deps, params.id) }),
+    handler: async ({ deps, params }) => recordReply(await reload(deps, params.id)),
   }),
   route({
     method: 'patch',
@@ -101,7 +107,7 @@ export const instanceRoutes = [
       await updateResource(deps, params.id, { name: body.name, projectId: body.projectId });
       const [row] = await withReferences(deps.db('instances').where({ id: params.id }).update(changes).returning('*'), 'The project');
       if (!row) throw problems.notFound('The instance'); // deleted meanwhile
-      return { body: await instanceRecord(row) };
+      return recordReply(await instanceRecord(row));
     },
   }),
   route({
@@ -136,7 +142,7 @@ export const instanceRoutes = [
       await loadInstance(deps, params.id);
       await updateResource(deps, params.id, { paused: false });
       await deps.runtime.start(params.id);
-      return { body: await reload(deps, params.id) };
+      return recordReply(await reload(deps, params.id));
     },
   }),
   route({
@@ -150,7 +156,7 @@ export const instanceRoutes = [
       await loadInstance(deps, params.id);
       await updateResource(deps, params.id, { paused: true });
       await deps.runtime.stop(params.id);
-      return { body: await reload(deps, params.id) };
+      return recordReply(await reload(deps, params.id));
     },
   }),
   route({
@@ -164,7 +170,7 @@ export const instanceRoutes = [
       await loadInstance(deps, params.id);
       await deps.resources?.requestReset(params.id);
       await deps.runtime.reset(params.id);
-      return { body: await reload(deps, params.id) };
+      return recordReply(await reload(deps, params.id));
     },
   }),
   route({
