@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { Objm } from '@nats-io/obj';
+import { getSha256Backend, Objm } from '@nats-io/obj';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { Crypto } from '../src/crypto.ts';
@@ -51,6 +51,15 @@ describe('NatsMediaStore specifics', function () {
     assert.equal(info.config.max_age, 30 * 86_400 * 1_000_000_000);
     await store.put('med_x', Buffer.from('x'));
     assert.equal(Buffer.from(await store.get('med_x')).toString(), 'x');
+    await store.close();
+  });
+
+  it("digests objects with Node's SHA-256, not the library's pure-JS default that blocks the event loop for seconds on a large file", async () => {
+    const store = await NatsMediaStore.open({ natsUrl: NATS_URL, namespace, crypto: new Crypto(randomBytes(32)) });
+    assert.equal(getSha256Backend(), 'native');
+    const big = randomBytes(4 * 1024 * 1024);
+    await store.put('med_big', big);
+    assert.ok(Buffer.from(await store.get('med_big')).equals(big), 'the digest written is the one checked on reading');
     await store.close();
   });
 

@@ -5,7 +5,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as NodeWebReadableStream } from 'node:stream/web';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { Objm, type ObjectStore } from '@nats-io/obj';
+import { Objm, setSha256Backend, type ObjectStore } from '@nats-io/obj';
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
 import { natsServers } from '../bus/nats-servers.ts';
 import type { Crypto } from '../crypto.ts';
@@ -59,6 +59,10 @@ export class NatsMediaStore implements MediaStore {
   /** Connects (when given a URL) and creates or opens the namespace's bucket. */
   static async open(opts: NatsMediaStoreOptions): Promise<NatsMediaStore> {
     if (!opts.nc && !opts.natsUrl) throw new Error('NatsMediaStore needs a connection or a NATS URL');
+    // The library digests every object it writes and reads with a pure-JS SHA-256 by default:
+    // seconds of a blocked event loop for a 32 MiB file, which stalled every request of the
+    // process. Node's own is the same digest. The setting is process-wide; this store is its only user.
+    setSha256Backend('native');
     const nc = opts.nc ?? (await connect({ servers: natsServers(opts.natsUrl!), name: 'switchboard-media' }));
     try {
       const bucket = await new Objm(nc).create(natsMediaBucketName(opts.namespace), {
