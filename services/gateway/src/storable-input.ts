@@ -5,11 +5,13 @@ import { isStorableText, problems, type FieldProblem } from '@switchboard/core';
 
 const MESSAGE = 'must not contain NUL characters or unpaired UTF-16 surrogates';
 const MAX_REPORTED = 20;
-/** No schema nests deeper; deeper input is refused by the schema, and must not exhaust the stack here. */
-const MAX_DEPTH = 32;
+/** No schema nests deeper; deeper input must not exhaust the stack here (a body deeper than this
+ *  is refused before it is parsed: http/body.ts). */
+export const MAX_DEPTH = 32;
 /** No request has more than a few dozen values: a body of millions (a 40 MB send body of empty
- *  keys) is refused before it is walked and validated, which would hold the event loop for seconds. */
-const MAX_VALUES = 10_000;
+ *  keys) is refused before it is parsed (http/body.ts), walked and validated, each of which would
+ *  hold the event loop for seconds. */
+export const MAX_VALUES = 10_000;
 
 export function assertStorableParams(params: Record<string, string>): void {
   if (Object.values(params).some((v) => typeof v === 'string' && !isStorableText(v))) throw problems.notFound('The resource');
@@ -19,8 +21,12 @@ export function assertStorableInput(value: unknown, where: 'body' | 'query'): vo
   const found: FieldProblem[] = [];
   const budget = { left: MAX_VALUES };
   collect(value, [], found, budget);
-  if (budget.left < 0) throw problems.validation([{ path: where, message: `has more than ${MAX_VALUES} values; no request needs that many` }]);
+  if (budget.left < 0) throw tooManyValues(where);
   if (found.length > 0) throw problems.validation(found.map((f) => ({ path: f.path || where, message: f.message })));
+}
+
+export function tooManyValues(where: 'body' | 'query') {
+  return problems.validation([{ path: where, message: `has more than ${MAX_VALUES} values; no request needs that many` }]);
 }
 
 function collect(value: unknown, path: string[], out: FieldProblem[], budget: { left: number }): void {

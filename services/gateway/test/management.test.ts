@@ -197,6 +197,26 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       assert.equal((await t.admin.post('/api/projects', {})).body.errors[0].message, 'required');
     });
 
+    it('refuses, before parsing it, a body nested deeper or with more values than any request has', async () => {
+      const inst = await createInstance();
+      const send = (body: string) => t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, body);
+      const text = '{"phone":"5511988887777","type":"text","text":"hi"';
+      const nested = (levels: number) => `${text},"x":${'['.repeat(levels)}${']'.repeat(levels)}}`;
+      // An unknown field is ignored when it is shallow; nested past 32 levels the body is refused.
+      assert.equal((await send(nested(30))).status, 202);
+      const deep = await send(nested(33));
+      assertProblem(deep, 400, 'validation_failed');
+      assert.match(deep.body.errors[0].message, /deeper than 32/);
+      // Refused before parsing: what follows the 10,001st value is never read.
+      const many = await send(`${text},"x":[${'0,'.repeat(10_001)} not json at all`);
+      assertProblem(many, 400, 'validation_failed');
+      assert.match(many.body.errors[0].message, /more than 10000 values/);
+      // Brackets, commas and escaped quotes inside strings are text, not structure.
+      const inString = ',[{'.repeat(5_000) + '\\"\\\\';
+      const plain = await send(JSON.stringify({ phone: '5511988887777', type: 'text', text: inString }));
+      assert.equal(plain.status, 202, JSON.stringify(plain.body).slice(0, 500));
+    });
+
     describe('projects', () => {
       it('creates, lists, renames and deletes with name boundaries', async () => {
         assertProblem(await t.admin.post('/api/projects', { name: name(1) }), 400, 'validation_failed');

@@ -2,6 +2,7 @@
 // refused before reading a byte; a chunked body is cut off as soon as it passes the limit.
 import type { Context } from 'koa';
 import { Problem, problems } from '@switchboard/core';
+import { MAX_DEPTH, MAX_VALUES, tooManyValues } from '../storable-input.ts';
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 
@@ -24,11 +25,52 @@ export async function readJsonBody(ctx: Context, limit: number): Promise<unknown
   } catch {
     throw problems.badRequest('invalid_json', 'The request body is not valid UTF-8 (JSON is always UTF-8, whatever charset is declared).');
   }
+  assertParsableShape(text);
   try {
     return JSON.parse(text);
   } catch {
     throw problems.badRequest('invalid_json', 'The request body is not valid JSON.');
   }
+}
+
+const [QUOTE, BACKSLASH, COMMA] = [0x22, 0x5c, 0x2c];
+const [OPEN_BRACKET, CLOSE_BRACKET, OPEN_BRACE, CLOSE_BRACE] = [0x5b, 0x5d, 0x7b, 0x7d];
+
+/**
+ * Refuses, before parsing, a body nested deeper or with more values than any request has: parsing
+ * 40 MB of nested brackets or empty keys holds the event loop for seconds, for every tenant of the
+ * process. Counts commas and opening brackets outside strings; strings are skipped whole, so a
+ * media body's long base64 costs a few searches, not a loop over its characters.
+ */
+function assertParsableShape(text: string): void {
+  let depth = 0;
+  let values = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      i = closingQuote(text, i);
+    } else if (c === CLOSE_BRACKET || c === CLOSE_BRACE) {
+      depth--;
+    } else if (c === OPEN_BRACKET || c === OPEN_BRACE || c === COMMA) {
+      // A container is a value too.
+      if (c !== COMMA && ++depth > MAX_DEPTH) throw problems.validation([{ path: 'body', message: `nests deeper than ${MAX_DEPTH} levels; no request needs that` }]);
+      if (++values > MAX_VALUES) throw tooManyValues('body');
+    }
+  }
+}
+
+/** Where the string opened at `open` ends (the text's end if it never does: JSON.parse says why). */
+function closingQuote(text: string, open: number): number {
+  let at = text.indexOf('"', open + 1);
+  while (at !== -1 && escaped(text, at)) at = text.indexOf('"', at + 1);
+  return at === -1 ? text.length : at;
+}
+
+/** An odd run of backslashes before a quote escapes it. */
+function escaped(text: string, at: number): boolean {
+  let run = 0;
+  while (text.charCodeAt(at - 1 - run) === BACKSLASH) run++;
+  return run % 2 === 1;
 }
 
 /** Read as it came, a compressed body would only fail as JSON. Node decodes only the chunked
