@@ -132,6 +132,14 @@ for (const mode of modes) {
       await waitForSendStatus(t.admin, inst.id, first.body.id, ['read']);
       const later = await send({ phone: '5511988887777', type: 'text', text: 'Once' }, { 'Idempotency-Key': key });
       assert.deepEqual([later.status, later.body], [202, { ...first.body, reused: true }]);
+      // The same content, said differently: an empty field is no field, blanks around the mimetype are not kept.
+      const imageKey = `image-${Date.now()}`;
+      const image = { phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png' };
+      const firstImage = await send(image, { 'Idempotency-Key': imageKey });
+      for (const same of [{ caption: '' }, { text: '' }, { fileName: '' }, { mimetype: ' IMAGE/png ' }, { ptt: false }]) {
+        const res = await send({ ...image, ...same }, { 'Idempotency-Key': imageKey });
+        assert.deepEqual([res.status, res.body.id], [202, firstImage.body.id], JSON.stringify(same));
+      }
       const conflict = await send({ phone: '5511988887777', type: 'text', text: 'Other' }, { 'Idempotency-Key': key });
       assert.equal(conflict.status, 409);
       assert.equal(conflict.body.code, 'idempotency_conflict');
@@ -191,8 +199,9 @@ for (const mode of modes) {
       }
       // Blank fields are no content: a client that sends every field is not refused for them.
       assert.equal((await send({ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', text: '', caption: '' })).status, 202);
+      assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'every field', base64: '', mimetype: '', caption: '', fileName: '' })).status, 202);
       const afterCount = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length;
-      assert.equal(afterCount, Math.min(50, before + 6));
+      assert.equal(afterCount, Math.min(50, before + 7));
     });
 
     it('refuses NUL characters and unpaired surrogates with 400 or 404, never a 5xx', async () => {

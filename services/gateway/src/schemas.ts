@@ -55,15 +55,16 @@ export const SendBody = z
     base64: z.string().optional(),
     mimetype: z.string().max(255).optional(),
     caption: z.string().max(16000).optional().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on sticker or text.'),
-    fileName: z.string().min(1).max(255).optional(),
+    fileName: z.string().max(255).optional().describe('Shown by recipients of a document; an empty string is none.'),
     ptt: z.boolean().optional(),
   })
   .superRefine((b, ctx) => {
+    // An empty string is no content: clients that send every field blank are not refused for it.
     if (b.type === 'text') {
       if (b.text === undefined || b.text.length === 0) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
       // A file or a caption on a text send would be dropped unsent: the client meant a media type.
       for (const field of ['base64', 'mimetype'] as const) {
-        if (b[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file is sent with a media type)' });
+        if (b[field]) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file is sent with a media type)' });
       }
       if (b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for type text (a caption goes with a media type)' });
       return;
@@ -72,7 +73,6 @@ export const SendBody = z
     if (b.mimetype === undefined || b.mimetype.length === 0) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
     // Likewise dropped: `text` of a media message (its words go in caption), and a caption the
     // network cannot carry (audio, sticker).
-    // An empty string is no content: clients that send every field blank are not refused for it.
     if (b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
     if (b.type === 'audio' && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
     if (b.type === 'sticker' && b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for sticker' });

@@ -36,6 +36,11 @@ export function checkMimetype(type: string, mimetype: string): Problem | undefin
 export function assertMimetype(type: string, mimetype: string): string {
   const problem = checkMimetype(type, mimetype);
   if (problem) throw problem;
+  return canonicalMimetype(mimetype);
+}
+
+/** The mimetype as stored: without blanks around it, its type/subtype in lower case. */
+export function canonicalMimetype(mimetype: string): string {
   const trimmed = mimetype.trim();
   const end = trimmed.search(/[\s;]/);
   const essenceEnd = end === -1 ? trimmed.length : end;

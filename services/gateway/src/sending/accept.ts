@@ -15,6 +15,7 @@ import {
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { settingsOf } from '../records.ts';
+import { canonicalMimetype } from '../media/outbound.ts';
 import { checkMedia, storeSendMedia } from './media.ts';
 import type { NewSendItem } from './send-item-writer.ts';
 
@@ -70,7 +71,7 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     messenger_id: newMessengerId(),
     phone: req.phone,
     type: req.type,
-    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName, mimetype: media?.mimetype ?? req.mimetype, ptt: req.ptt, seconds: media?.seconds, mediaId: media?.id }),
+    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName || undefined, mimetype: media?.mimetype, ptt: req.ptt, seconds: media?.seconds, mediaId: media?.id }),
     status: 'queued',
     idempotency_key: idempotencyKey ?? null,
     content_hash: contentHash,
@@ -125,9 +126,12 @@ function refusalOf(row: InstanceRow): Problem | undefined {
   return undefined;
 }
 
-/** Canonical content: the same message always hashes the same, whatever the key order. */
+/** Canonical content: the same message always hashes the same, whatever the key order, and an
+ *  empty field or blanks around the mimetype (not part of what is sent) change nothing. */
 export function hashContent(req: SendRequest): string {
-  const canonical = [req.phone, req.type, req.text ?? null, req.base64 ?? null, req.mimetype ?? null, req.caption ?? null, req.fileName ?? null, req.ptt ?? false];
+  const field = (value: string | undefined) => (value === '' ? null : (value ?? null));
+  const mimetype = field(req.mimetype);
+  const canonical = [req.phone, req.type, field(req.text), field(req.base64), mimetype && canonicalMimetype(mimetype), field(req.caption), field(req.fileName), req.ptt ?? false];
   return createHash('sha256').update(JSON.stringify(canonical)).digest('hex');
 }
 
