@@ -70,6 +70,9 @@ export async function resetUnheldSession(db: Knex, instanceId: string): Promise<
     const { row, unheld } = await lockUnheldInstance(trx, instanceId);
     if (!unheld) return false;
     await trx('auth_state').where({ instance_id: instanceId }).delete();
+    // The unlink the operator asked of the stopping session is done (or was not possible): the
+    // next session that stops must not unlink the fresh pairing.
+    await trx('instances').where({ id: instanceId }).whereNotNull('unlink_requested_at').update({ unlink_requested_at: null });
     if (row) await recordConnectionState(trx, instanceId, row.paused ? 'stopped' : 'starting', { phone: null, reason: 'reset' });
     return true;
   });

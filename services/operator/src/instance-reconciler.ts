@@ -86,6 +86,8 @@ export class InstanceReconciler {
     let waiting = false;
     if (resetPending(instance)) {
       if (pod !== 'absent' && pod !== 'foreign') {
+        // The session stopping for this logs out first, as the gateway's reset does.
+        await this.d.store.markUnlinkRequested(name);
         await this.stopPod(instance, pod);
         waiting = true;
       } else if (!(await this.d.store.resetSession(name))) {
@@ -293,7 +295,7 @@ export class InstanceReconciler {
     if (pod !== 'absent' && pod !== 'foreign') {
       // The session stopping for this unlinks the device from the phone; the records go only after
       // it stopped, so it cannot write to them again.
-      await this.d.store.markDeletionRequested(instance.metadata.name);
+      await this.d.store.markUnlinkRequested(instance.metadata.name);
       await this.stopPod(instance, pod);
       return this.d.pollMs ?? 1000;
     }

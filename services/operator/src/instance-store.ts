@@ -132,9 +132,10 @@ export class InstanceStore {
     );
   }
 
-  /** Tells the session that stops next that its instance is being deleted (it unlinks the device). */
-  async markDeletionRequested(id: string): Promise<void> {
-    await this.db('instances').where({ id }).whereNull('deletion_requested_at').update({ deletion_requested_at: this.db.fn.now() });
+  /** Tells the session that stops next to unlink the device from the phone: its instance is being
+   *  deleted or reset (a reset clears the mark). */
+  async markUnlinkRequested(id: string): Promise<void> {
+    await this.db('instances').where({ id }).whereNull('unlink_requested_at').update({ unlink_requested_at: this.db.fn.now() });
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE

@@ -34,7 +34,7 @@ describe('operator: Instance and Project reconciliation', function () {
   /** Session pods present each time the records of a deleted instance were deleted. */
   let podsDuringDelete: number[] = [];
   /** Session pods present when a deleted instance's record was marked (its session then unlinks). */
-  let podsAtDeletionMark: number[] = [];
+  let podsAtUnlinkMark: number[] = [];
   /** While true, deleting an instance's records fails (a database outage during the finalizer). */
   let failRecordDeletes = false;
 
@@ -52,9 +52,9 @@ describe('operator: Instance and Project reconciliation', function () {
         return true;
       }
 
-      override async markDeletionRequested(id: string): Promise<void> {
-        podsAtDeletionMark.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
-        return super.markDeletionRequested(id);
+      override async markUnlinkRequested(id: string): Promise<void> {
+        podsAtUnlinkMark.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
+        return super.markUnlinkRequested(id);
       }
 
       override async delete(id: string): Promise<boolean> {
@@ -242,6 +242,7 @@ describe('operator: Instance and Project reconciliation', function () {
     await t.db('instances').where({ id: 'inst-kubectl' }).update({ state: 'connected', phone: '5511999990000' });
     const before = await eventually(() => pod('inst-kubectl')!);
     const requestedAt = '2030-01-01T00:00:00Z';
+    podsAtUnlinkMark = [];
     await patchSpec('inst-kubectl', { resetRequestedAt: requestedAt });
     await eventually(async () => {
       assert.equal(instance('inst-kubectl')?.status?.lastResetAt, requestedAt);
@@ -249,8 +250,10 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.ok(now && now.metadata.uid !== before.metadata.uid && !now.metadata.deletionTimestamp, 'a new session pod');
     });
     assert.deepEqual(podsDuringReset, [0], 'the pairing was erased exactly once, with no session pod');
+    assert.equal(podsAtUnlinkMark[0], 1, 'the stopping session was told to log out first, before its pod was deleted');
     assert.equal((await t.db('auth_state').where({ instance_id: 'inst-kubectl' })).length, 0);
     const record = await row('inst-kubectl');
+    assert.equal(record.unlink_requested_at, null, 'the reset cleared the mark: the new session keeps its pairing when it stops');
     assert.equal(record.phone, null);
     assert.equal(record.state, 'starting');
     const [last] = (await connectionUpdates('inst-kubectl')).slice(-1);
@@ -364,13 +367,13 @@ describe('operator: Instance and Project reconciliation', function () {
     await createInstance('inst-final', { displayName: 'Final' });
     await eventually(() => assert.ok(pod('inst-final'), 'inst-final has a session pod'));
     podsDuringDelete = [];
-    podsAtDeletionMark = [];
+    podsAtUnlinkMark = [];
     failRecordDeletes = true;
     await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-final' });
     await eventually(() => assert.ok(podsDuringDelete.length >= 2, 'the record delete was retried'));
     assert.ok(instance('inst-final')?.metadata.deletionTimestamp, 'the resource stays while its records cannot be deleted');
-    assert.ok((await row('inst-final'))?.deletion_requested_at, 'the session is told it stops for a delete (it unlinks the device)');
-    assert.equal(podsAtDeletionMark[0], 1, 'told before its pod was deleted');
+    assert.ok((await row('inst-final'))?.unlink_requested_at, 'the session is told it stops for a delete (it unlinks the device)');
+    assert.equal(podsAtUnlinkMark[0], 1, 'told before its pod was deleted');
     assert.equal(pod('inst-final'), undefined);
     failRecordDeletes = false;
     await eventually(async () => {

@@ -113,6 +113,13 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
+  /** A stopping cluster session process's last act when the operator asked it (a delete or a reset
+   *  with kubectl): unlinks and stops the session. The record stays as it is: the process follows
+   *  no run state any more, and a reset must not leave the instance paused. */
+  unlinkAtShutdown(instanceId: string): Promise<void> {
+    return this.lanes.run(instanceId, () => this.unlinkWorker(instanceId));
+  }
+
   private async unlinkWorker(instanceId: string): Promise<void> {
     const worker = this.workers.get(instanceId);
     this.workers.delete(instanceId);

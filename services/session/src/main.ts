@@ -113,14 +113,15 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     await health?.close();
     await rpc.stop();
     const wasRunning = runtime.worker(instanceId) !== undefined;
-    // Stopped because the Instance is being deleted (the operator's finalizer said so first): the
-    // device leaves the phone's Linked devices, and the records go next, so nothing is recorded.
-    const deleting = wasRunning && (await deletionRequested(db, instanceId).catch(() => false));
-    if (deleting) await runtime.unlink(instanceId).catch((err: unknown) => log.warn({ err: String(err) }, 'session: could not unlink the deleted instance'));
+    // Stopped because the Instance is being deleted or reset (the operator said so before it
+    // stopped the pod): the device leaves the phone's Linked devices. Nothing is recorded: the
+    // records go next, or the reset records its own state once this process let go.
+    const unlinking = wasRunning && (await unlinkRequested(db, instanceId).catch(() => false));
+    if (unlinking) await runtime.unlinkAtShutdown(instanceId).catch((err: unknown) => log.warn({ err: String(err) }, 'session: could not unlink the device from the phone'));
     await runtime.close();
     // The socket is gone until the next session process takes over, unless the instance was paused
     // meanwhile (a stop this process never heard of; the operator removes the pod of a paused one).
-    if (wasRunning && !deleting && (await recordShutdownState(db, instanceId))) relay.kick();
+    if (wasRunning && !unlinking && (await recordShutdownState(db, instanceId))) relay.kick();
     await relay.flush().catch(() => undefined);
     await relay.stop();
     await mediaStore.close();
@@ -129,9 +130,9 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   };
 }
 
-async function deletionRequested(db: Db, instanceId: string): Promise<boolean> {
-  const row = await db('instances').where({ id: instanceId }).first('deletion_requested_at');
-  return Boolean(row?.deletion_requested_at);
+async function unlinkRequested(db: Db, instanceId: string): Promise<boolean> {
+  const row = await db('instances').where({ id: instanceId }).first('unlink_requested_at');
+  return Boolean(row?.unlink_requested_at);
 }
 
 async function recordShutdownState(db: Db, instanceId: string): Promise<boolean> {

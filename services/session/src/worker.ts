@@ -127,10 +127,11 @@ export class SessionWorker {
     if (final) await this.applyState(final.state, { reason: final.reason }, true);
   }
 
-  /** Before the instance is deleted: unlinks this device from the phone, so its "Linked devices"
-   *  keeps no device nobody will use, then stops as stop() does. Records no state: the record goes
-   *  next. Best effort: a network that does not answer within the driver's limit leaves the device
-   *  linked, and the delete goes on. */
+  /** Before the instance is deleted (or, in cluster mode, reset by the operator): unlinks this
+   *  device from the phone, so its "Linked devices" keeps no device nobody will use, then stops as
+   *  stop() does. Records no state: the record goes next, or the reset records its own. Best
+   *  effort: a network that does not answer within the driver's limit leaves the device linked,
+   *  and the delete or reset goes on. */
   async unlinkAndStop(): Promise<void> {
     this.running = false;
     if (this.lockTimer) clearTimeout(this.lockTimer);
@@ -138,7 +139,7 @@ export class SessionWorker {
     const driver = this.owning ? this.driver : undefined;
     if (driver) {
       this.setConsuming(false);
-      await driver.logout().catch((err) => this.log.warn({ err: String(err) }, 'session: could not unlink the deleted instance from the phone'));
+      await driver.logout().catch((err) => this.log.warn({ err: String(err) }, 'session: could not unlink the device from the phone'));
     }
     await this.closeSession();
   }

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import knexFactory from 'knex';
-import { ConfigError, Problem, subjects } from '@switchboard/core';
+import { ConfigError, Problem, resetUnheldSession, subjects } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { freePort } from '../../../test/support/server.ts';
 import { NATS_URL } from '../../../test/support/services.ts';
@@ -312,8 +312,8 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
   });
 
-  it('unlinks the device when the operator marked the instance for deletion (credentials erased, nothing recorded); otherwise keeps it', async () => {
-    for (const deleting of [false, true]) {
+  it('unlinks the device when the operator marked the instance for a delete or a reset (credentials erased, nothing recorded); otherwise keeps it', async () => {
+    for (const unlinking of [false, true]) {
       const instanceId = await env.createInstance({ paused: false });
       const stop = await startSessionProcess(env, instanceId);
       const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
@@ -322,15 +322,19 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
         await remote.call(instanceId, 'sandbox.scan', { phone: '5511900003333' });
         await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
         assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length > 0, true, 'paired: credentials stored');
-        if (deleting) await env.db('instances').where({ id: instanceId }).update({ deletion_requested_at: env.db.fn.now() });
+        if (unlinking) await env.db('instances').where({ id: instanceId }).update({ unlink_requested_at: env.db.fn.now() });
       } finally {
         await stop(); // the pod's SIGTERM
       }
       const credentials = await env.db('auth_state').where({ instance_id: instanceId });
       const row = await instanceRow(env.db, instanceId);
-      if (deleting) {
+      if (unlinking) {
         assert.deepEqual(credentials, [], 'logged out: the credentials are gone with the link');
-        assert.equal(row.state, 'connected', 'no state recorded for a record about to be deleted');
+        assert.equal(row.state, 'connected', 'no state recorded: the records go next, or the reset records its own');
+        // The operator's reset, once the process let go: its state, and the mark cleared.
+        assert.equal(await resetUnheldSession(env.db, instanceId), true);
+        const reset = await instanceRow(env.db, instanceId);
+        assert.deepEqual([reset.state, reset.phone, reset.unlink_requested_at], ['starting', null, null]);
       } else {
         assert.ok(credentials.length > 0, 'a restart keeps the pairing');
         assert.equal(row.state, 'reconnecting');

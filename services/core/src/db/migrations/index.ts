@@ -16,6 +16,7 @@ import * as m012 from './012_sandbox_echo_owed.ts';
 import * as m013 from './013_instance_spec_stamp.ts';
 import * as m014 from './014_encryption_key_check.ts';
 import * as m015 from './015_instance_deletion_requested.ts';
+import * as m016 from './016_instance_unlink_requested.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -38,6 +39,7 @@ const migrations: Record<string, Migration> = {
   '013_instance_spec_stamp': m013,
   '014_encryption_key_check': m014,
   '015_instance_deletion_requested': m015,
+  '016_instance_unlink_requested': m016,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
