@@ -40,6 +40,7 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
       imagePullPolicy: env.SESSION_IMAGE_PULL_POLICY?.trim() || undefined,
       envSecretName: env.SESSION_ENV_SECRET?.trim() || undefined,
       envConfigMapName: env.SESSION_ENV_CONFIGMAP?.trim() || undefined,
+      configRevision: env.SESSION_CONFIG_REVISION?.trim() || undefined,
       serviceAccountName: env.SESSION_SERVICE_ACCOUNT?.trim() || undefined,
       resources,
       template,

@@ -1,7 +1,8 @@
 // The session workload of one instance: a single pod with a fixed name, created only when no pod
 // of that name exists, so there is never more than one session pod per instance (the session's
-// own owner lock guards the rest). The pod carries a hash of its template: when the image or the
-// settings change (an upgrade), the operator deletes the pod and creates the new one once it is gone.
+// own owner lock guards the rest). The pod carries a hash of its template and of the settings it is
+// given: when the image or the settings change (an upgrade), the operator deletes the pod and
+// creates the new one once it is gone.
 import { createHash } from 'node:crypto';
 import type { V1Affinity, V1EnvVar, V1LocalObjectReference, V1ObjectMeta, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HASH_ANNOTATION, sessionPodName, type Instance } from './resources.ts';
@@ -14,6 +15,9 @@ export interface SessionPodSettings {
   envSecretName?: string;
   /** ConfigMap with the non-secret settings (NETWORK_DRIVER, LOG_LEVEL…). */
   envConfigMapName?: string;
+  /** A digest of what that ConfigMap and the chart's Secret hold (the chart's checksum/config):
+   *  the pod names them only, so without it a changed setting would never reach a running session. */
+  configRevision?: string;
   serviceAccountName?: string;
   resources?: V1ResourceRequirements;
   /** Arguments of the image's entrypoint (tini) that start the session process. */
@@ -98,7 +102,7 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
     ],
     volumes: [{ name: 'tmp', emptyDir: {} }],
   };
-  const hash = createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 16);
+  const hash = createHash('sha256').update(JSON.stringify(spec)).update(settings.configRevision ?? '').digest('hex').slice(0, 16);
   return {
     apiVersion: 'v1',
     kind: 'Pod',

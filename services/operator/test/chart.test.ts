@@ -202,6 +202,17 @@ describe('chart, CRDs and examples', function () {
     }
     const operatorEnv = find(objs, 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
     assert.equal(operatorEnv.find((e) => e.name === 'SESSION_ENV_CONFIGMAP')?.value, 'sb-switchboard-config');
+    // A changed setting restarts the session pods, as it restarts the chart's own workloads: their
+    // template hash covers what the ConfigMap holds, not only its name.
+    const sessionHash = (sets: string[]) => {
+      const env = find(template([...REQUIRED, ...sets]), 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+      const values = Object.fromEntries(env.filter((e) => 'value' in e).map((e) => [e.name, e.value]));
+      const settings = loadOperatorConfig({ ...values, KUBERNETES_NAMESPACE: 'switchboard' }).session;
+      return sessionPod({ metadata: { name: 'inst-1', namespace: 'switchboard', uid: 'u-1' }, spec: { displayName: 'One' } }, settings).metadata!.annotations!['switchboard.dev/template-hash'];
+    };
+    assert.equal(sessionHash([]), sessionHash([]), 'the same settings, the same pod');
+    assert.notEqual(sessionHash(['settings.mediaLinkTtlSeconds=600']), sessionHash([]));
+    assert.notEqual(sessionHash(['publicBaseUrl=https://other.example.com']), sessionHash([]));
     assert.throws(() => template([...REQUIRED, 'settings.webhookRetrySchedule=1\\,2']), /webhookRetrySchedule/);
     assert.throws(() => template([...REQUIRED, 'settings.rateLimit=5']), /rateLimit/);
     assert.throws(() => template([...REQUIRED, 'settings.rateLimitPerMinute=0']), /rateLimitPerMinute/, 'the gateway would refuse 0 at start');
