@@ -49,6 +49,8 @@ export class Controller {
   private pollTimer?: NodeJS.Timeout;
   /** Instances whose record says a session is up while none holds them, since when. */
   private readonly unheldSince = new Map<string, number>();
+  /** Each instance's token hash at the last database poll. */
+  private readonly tokenHashes = new Map<string, string>();
   private stopped = false;
 
   constructor(private readonly o: ControllerOptions) {
@@ -123,9 +125,10 @@ export class Controller {
     }
   }
 
-  /** Queues instances whose recorded state differs from their status, or whose recorded `paused`
+  /** Queues instances whose recorded state differs from their status, whose recorded `paused`
    *  from their resource's (two API calls that raced can leave the record on the older one, and
-   *  no watch event would come); creates resources for records without one. */
+   *  no watch event would come), or whose token was renewed (its Secret holds the revoked one);
+   *  creates resources for records without one. */
   private async pollDatabase(): Promise<void> {
     try {
       if (!this.instances.hasSynced) return;
@@ -141,11 +144,22 @@ export class Controller {
         const status = instance.status ?? {};
         const state = instance.spec.paused ? 'stopped' : row.state;
         const diverged = row.paused !== Boolean(instance.spec.paused);
-        if (diverged || status.state !== state || (status.phone ?? null) !== (row.phone ?? null)) this.queue.add(`instance/${row.id}`);
+        const renewed = this.tokenRenewed(row.id, row.tokenHash);
+        if (diverged || renewed || status.state !== state || (status.phone ?? null) !== (row.phone ?? null)) this.queue.add(`instance/${row.id}`);
       }
+      const ids = new Set(rows.map((r) => r.id));
+      for (const id of this.tokenHashes.keys()) if (!ids.has(id)) this.tokenHashes.delete(id);
     } catch (err) {
       this.o.logger.warn({ err: describe(err) }, 'database poll failed');
     }
+  }
+
+  /** A token renewed through the API changes no resource, so no watch event says so. (The first
+   *  poll after a start sees no change: the informer's first sync reconciled every instance.) */
+  private tokenRenewed(id: string, tokenHash: string): boolean {
+    const before = this.tokenHashes.get(id);
+    this.tokenHashes.set(id, tokenHash);
+    return before !== undefined && before !== tokenHash;
   }
 
   /** A session process that died without recording it (kill -9, a crash, a lost node) leaves its

@@ -43,8 +43,9 @@ export class InstanceStore {
     return row ? toRow(row) : undefined;
   }
 
-  async listStates(): Promise<Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused'>[]> {
-    return (await this.db('instances').select('id', 'state', 'phone', 'paused')).map((r) => ({ ...r, paused: Boolean(r.paused) }));
+  async listStates(): Promise<(Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused'> & { tokenHash: string })[]> {
+    const rows = await this.db('instances').select('id', 'state', 'phone', 'paused', 'token_hash');
+    return rows.map((r) => ({ id: r.id, state: r.state, phone: r.phone, paused: Boolean(r.paused), tokenHash: r.token_hash }));
   }
 
   /** Inserts the row of an Instance created with kubectl; a row that already exists is kept as it is. */
@@ -149,9 +150,16 @@ export class InstanceStore {
     });
   }
 
-  /** True when the record did not exist (PostgreSQL: a row inserted, not updated, has xmax 0). */
+  /** True when the record did not exist (PostgreSQL: a row inserted, not updated, has xmax 0). An
+   *  existing record is written only when its name changed: every reconcile (resyncs included)
+   *  calls this, and `updatedAt` must not move without a change. */
   async ensureProject(id: string, name: string): Promise<boolean> {
-    const [row] = await this.db('projects').insert({ id, name }).onConflict('id').merge({ name, updated_at: this.db.fn.now() }).returning(this.db.raw('(xmax = 0) AS inserted'));
+    const [row] = await this.db('projects')
+      .insert({ id, name })
+      .onConflict('id')
+      .merge({ name, updated_at: this.db.fn.now() })
+      .where('projects.name', '<>', name)
+      .returning(this.db.raw('(xmax = 0) AS inserted'));
     return Boolean(row?.inserted);
   }
 

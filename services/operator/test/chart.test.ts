@@ -245,6 +245,13 @@ describe('chart, CRDs and examples', function () {
     const gateway = rules('sb-switchboard-gateway');
     assert.deepEqual(gateway, [{ apiGroups: ['switchboard.dev'], resources: ['instances'], verbs: ['get', 'create', 'patch', 'delete'] }]);
     const operator = rules('sb-switchboard-operator');
+    // Exactly the verbs the operator's calls need (a test of its API use would not see extra ones).
+    const verbsOf = (resource: string) => operator.filter((r) => r.resources.includes(resource)).map((r) => r.verbs.join(','));
+    assert.deepEqual(verbsOf('instances'), ['get,list,watch,create,update,patch,delete']);
+    assert.deepEqual(verbsOf('projects'), ['get,list,watch,update']);
+    assert.deepEqual([verbsOf('instances/status'), verbsOf('projects/status'), verbsOf('instances/finalizers'), verbsOf('projects/finalizers')], [['update'], ['update'], ['update'], []]);
+    assert.deepEqual(verbsOf('events'), ['create']);
+    assert.deepEqual(verbsOf('pods'), ['get,list,watch,create,delete']);
     const secrets = operator.find((r) => r.resources.includes('secrets'))!;
     assert.ok(!secrets.verbs.includes('list') && !secrets.verbs.includes('watch'), 'no reading of every Secret');
     assert.ok(!operator.some((r) => r.verbs.includes('*') || r.resources.includes('*')));

@@ -11,6 +11,7 @@ import { InstanceStore } from '../src/instance-store.ts';
 import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
 import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instance-resources.ts';
 import { ownerLockFor } from '../../session/src/owner-lock.ts';
+import { issueInstanceToken } from '../../gateway/src/routes/instances.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
 import { NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
 
@@ -518,6 +519,12 @@ describe('operator: Instance and Project reconciliation', function () {
   it('adopts a Project created with kubectl and deletes its record with the resource', async () => {
     await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Project', metadata: { name: 'acme' }, spec: { displayName: 'ACME' } } });
     await eventually(async () => assert.equal((await t.db('projects').where({ id: 'acme' }).first())?.name, 'ACME'));
+    const adopted = await t.db('projects').where({ id: 'acme' }).first();
+    await new Promise((r) => setTimeout(r, 1500)); // reconciled again meanwhile (resyncMs: 1000)
+    assert.deepEqual(await t.db('projects').where({ id: 'acme' }).first(), adopted, 'a reconcile without a change writes nothing (updatedAt stays)');
+    const rename = { spec: { displayName: 'ACME Corp' } };
+    await kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, name: 'acme', body: rename }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    await eventually(async () => assert.equal((await t.db('projects').where({ id: 'acme' }).first())?.name, 'ACME Corp'));
     await createInstance('inst-acme', { displayName: 'ACME line', projectRef: 'acme', paused: true });
     await eventually(async () => assert.equal((await row('inst-acme'))?.project_id, 'acme'));
     await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: PROJECTS, name: 'acme' });
@@ -600,6 +607,18 @@ describe('operator: changes no watch event of the resource itself announces', fu
     await t.db('instances').where({ id: 'inst-drift' }).update({ paused: false }); // a connect's write landing after a disconnect's
     await eventually(async () => assert.equal((await row()).paused, true), 3000);
     assert.equal(fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-drift')), undefined, 'paused: still no session pod');
+  });
+
+  it('writes a token renewed through the API to its Secret at the next poll, not the next resync', async () => {
+    const kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
+    await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name: 'inst-renew' }, spec: { displayName: 'Renew', paused: true } } });
+    const secretToken = () => Buffer.from(fake.get('', 'v1', 'secrets', NAMESPACE, 'inst-renew-token')?.data?.apiToken ?? '', 'base64').toString();
+    await eventually(() => assert.ok(secretToken(), 'the token Secret exists'));
+    await controller.idle();
+    await new Promise((r) => setTimeout(r, 300)); // a few polls see the token as it is
+    const renewed = issueInstanceToken({ crypto: t.crypto });
+    await t.db('instances').where({ id: 'inst-renew' }).update(renewed.columns); // POST …/token
+    await eventually(() => assert.equal(secretToken(), renewed.token), 3000);
   });
 
   it('records the session of a record left connected by a dead session process as lost, not one a session holds', async () => {
