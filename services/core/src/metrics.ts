@@ -11,6 +11,10 @@
 //   serve them, aggregate with max() rather than sum().
 // Label values are bounded: routes are templates, statuses and states are enums; no per-message or
 // per-destination labels.
+// A scrape never fails or stalls for a source: one that errs or takes longer than
+// SOURCE_TIMEOUT_MS leaves its gauges out of that scrape, and switchboard_metrics_source_up says
+// which (an outage is when the counters matter most, and a lag of 0 would read as healthy).
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Bus } from './bus/types.ts';
@@ -83,8 +87,21 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
     },
   });
 
-  if (opts.db) registerDatabaseGauges(registry, opts.db, opts.gaugeRefreshMs ?? 1000);
-  if (opts.bus) registerBusLag(registry, opts.bus, opts.db);
+  const refreshMs = opts.gaugeRefreshMs ?? 1000;
+  const sources: Record<string, () => Promise<unknown>> = {};
+  if (opts.db) sources.database = registerDatabaseGauges(registry, opts.db, refreshMs);
+  if (opts.bus) sources.bus = registerBusLag(registry, opts.bus, opts.db, refreshMs);
+  if (Object.keys(sources).length) {
+    new Gauge({
+      name: 'switchboard_metrics_source_up',
+      help: 'Whether this scrape could read a source of gauges (1) or left its gauges out (0)',
+      labelNames: ['source'] as const,
+      registers,
+      async collect() {
+        for (const [source, read] of Object.entries(sources)) this.set({ source }, (await read()) ? 1 : 0);
+      },
+    });
+  }
 
   return {
     registry,
@@ -109,15 +126,38 @@ interface DatabaseSnapshot {
   mediaBytes: Map<string, number>;
 }
 
-/** Gauges read from the database; one read serves all of them (and scrapes within refreshMs). */
-function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number): void {
-  let cached: { at: number; snapshot: Promise<DatabaseSnapshot> } | undefined;
-  const snapshot = (): Promise<DatabaseSnapshot> => {
+/** Longest a scrape waits for the database or the bus. */
+const SOURCE_TIMEOUT_MS = 2000;
+
+/**
+ * One read of a source serves every gauge of a scrape (and scrapes within refreshMs). It resolves
+ * to undefined when the source failed or did not answer in time: a failed read is tried again at
+ * the next scrape.
+ */
+function sharedRead<T>(read: () => Promise<T>, refreshMs: number): () => Promise<T | undefined> {
+  let cached: { at: number; value: Promise<T | undefined> } | undefined;
+  return () => {
     if (!cached || Date.now() - cached.at > refreshMs) {
-      cached = { at: Date.now(), snapshot: readSnapshot(db) };
-      cached.snapshot.catch(() => (cached = undefined)); // a failed read is retried on the next scrape
+      const done = new AbortController();
+      const timeout = sleep(SOURCE_TIMEOUT_MS, undefined, { signal: done.signal }).catch(() => undefined);
+      const value = Promise.race([read().catch(() => undefined), timeout]).finally(() => done.abort());
+      const entry = { at: Date.now(), value };
+      cached = entry;
+      void value.then((v) => {
+        if (v === undefined && cached === entry) cached = undefined;
+      });
     }
-    return cached.snapshot;
+    return cached.value;
+  };
+}
+
+/** Gauges read from the database, in one read. Returns that read (undefined: it failed). */
+function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number): () => Promise<DatabaseSnapshot | undefined> {
+  const read = sharedRead(() => readSnapshot(db), refreshMs);
+  // Each gauge is emptied first: without a snapshot it reports nothing rather than stale values.
+  const snapshot = async (gauge: Gauge) => {
+    gauge.reset();
+    return read();
   };
   const registers = [registry];
   new Gauge({
@@ -126,8 +166,8 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
     labelNames: ['instance_state'] as const,
     registers,
     async collect() {
-      const s = await snapshot();
-      for (const state of INSTANCE_STATES) this.set({ instance_state: state }, s.queueDepth.get(state) ?? 0);
+      const s = await snapshot(this);
+      if (s) for (const state of INSTANCE_STATES) this.set({ instance_state: state }, s.queueDepth.get(state) ?? 0);
     },
   });
   new Gauge({
@@ -136,8 +176,8 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
     labelNames: ['instance_state'] as const,
     registers,
     async collect() {
-      const s = await snapshot();
-      for (const state of INSTANCE_STATES) this.set({ instance_state: state }, s.oldestQueuedSeconds.get(state) ?? 0);
+      const s = await snapshot(this);
+      if (s) for (const state of INSTANCE_STATES) this.set({ instance_state: state }, s.oldestQueuedSeconds.get(state) ?? 0);
     },
   });
   new Gauge({
@@ -146,9 +186,8 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
     labelNames: ['status', 'instance_state'] as const,
     registers,
     async collect() {
-      const s = await snapshot();
-      this.reset();
-      for (const row of s.sendItems) this.set({ status: row.status, instance_state: row.instanceState }, row.count);
+      const s = await snapshot(this);
+      for (const row of s?.sendItems ?? []) this.set({ status: row.status, instance_state: row.instanceState }, row.count);
     },
   });
   new Gauge({
@@ -157,8 +196,8 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
     labelNames: ['state'] as const,
     registers,
     async collect() {
-      const s = await snapshot();
-      for (const state of INSTANCE_STATES) this.set({ state }, s.sessions.get(state) ?? 0);
+      const s = await snapshot(this);
+      if (s) for (const state of INSTANCE_STATES) this.set({ state }, s.sessions.get(state) ?? 0);
     },
   });
   new Gauge({
@@ -167,8 +206,8 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
     labelNames: ['status'] as const,
     registers,
     async collect() {
-      const s = await snapshot();
-      for (const status of DELIVERY_STATUSES) this.set({ status }, s.deliveries.get(status) ?? 0);
+      const s = await snapshot(this);
+      if (s) for (const status of DELIVERY_STATUSES) this.set({ status }, s.deliveries.get(status) ?? 0);
     },
   });
   new Gauge({
@@ -177,10 +216,11 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
     labelNames: ['direction'] as const,
     registers,
     async collect() {
-      const s = await snapshot();
-      for (const direction of ['inbound', 'outbound']) this.set({ direction }, s.mediaBytes.get(direction) ?? 0);
+      const s = await snapshot(this);
+      if (s) for (const direction of ['inbound', 'outbound']) this.set({ direction }, s.mediaBytes.get(direction) ?? 0);
     },
   });
+  return read;
 }
 
 async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
@@ -211,19 +251,27 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
 const MAX_LAG_INSTANCES = 500;
 
 /** Messages not yet acknowledged: the dispatcher's event consumer, and the sum of the per-instance
- *  command consumers (session-<id>, one per instance; summed to keep one series). */
-function registerBusLag(registry: Registry, bus: Bus, db: Knex | undefined): void {
+ *  command consumers (session-<id>, one per instance; summed to keep one series). Returns its
+ *  read (undefined: the bus or the database did not answer). */
+function registerBusLag(registry: Registry, bus: Bus, db: Knex | undefined, refreshMs: number): () => Promise<Map<string, number> | undefined> {
+  const read = sharedRead(async () => {
+    const lags = new Map([['events', await bus.pending('events', 'dispatcher')]]);
+    if (db) {
+      const instances = await db('instances').select('id').limit(MAX_LAG_INSTANCES);
+      const commands = await Promise.all(instances.map((i: { id: string }) => bus.pending('commands', `session-${i.id}`)));
+      lags.set('commands', commands.reduce((a, b) => a + b, 0));
+    }
+    return lags;
+  }, refreshMs);
   new Gauge({
     name: 'switchboard_bus_consumer_lag',
     help: 'Messages not yet acknowledged by the consumers of a stream',
     labelNames: ['stream'] as const,
     registers: [registry],
     async collect() {
-      this.set({ stream: 'events' }, await bus.pending('events', 'dispatcher').catch(() => 0));
-      if (!db) return;
-      const instances = await db('instances').select('id').limit(MAX_LAG_INSTANCES).catch(() => [] as { id: string }[]);
-      const lags = await Promise.all(instances.map((i: { id: string }) => bus.pending('commands', `session-${i.id}`).catch(() => 0)));
-      this.set({ stream: 'commands' }, lags.reduce((a, b) => a + b, 0));
+      this.reset();
+      for (const [stream, lag] of (await read()) ?? []) this.set({ stream }, lag);
     },
   });
+  return read;
 }

@@ -64,7 +64,7 @@ describe('chart: dashboard and alert rules', function () {
     assert.ok(rule, 'PrometheusRule rendered');
     const alerts = rule.spec.groups.flatMap((g: any) => g.rules);
     const names = alerts.map((a: any) => a.alert);
-    for (const wanted of ['SwitchboardWebhooksExhausted', 'SwitchboardSendQueueStuck', 'SwitchboardSessionsDisconnected']) assert.ok(names.includes(wanted), wanted);
+    for (const wanted of ['SwitchboardWebhooksExhausted', 'SwitchboardSendQueueStuck', 'SwitchboardSessionsDisconnected', 'SwitchboardMetricsSourceDown']) assert.ok(names.includes(wanted), wanted);
     exprs.push(...alerts.map((a: any) => String(a.expr)));
 
     for (const expr of exprs) {

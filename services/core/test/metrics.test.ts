@@ -7,6 +7,7 @@ import type { Db } from '../src/db/connect.ts';
 import { createMetrics } from '../src/metrics.ts';
 import { startHealthServer } from '../src/health-server.ts';
 import { createServer } from 'node:net';
+import knex from 'knex';
 import { openTestDatabase } from '../../../test/support/services.ts';
 import { sample } from '../../../test/support/prometheus.ts';
 
@@ -92,6 +93,28 @@ describe('metrics', () => {
     } finally {
       release();
       await bus.close().catch(() => undefined);
+    }
+  });
+
+  it('serves its own counters while the database fails and the bus hangs, leaving their gauges out and saying which', async () => {
+    const unreachable = knex({ client: 'pg', connection: 'postgres://postgres@127.0.0.1:1/none', pool: { min: 0, max: 1 }, acquireConnectionTimeout: 500, log: { error() {}, warn() {}, debug() {}, deprecate() {} } });
+    const memory = new MemoryBus({ log: createLogger({ level: 'silent' }) });
+    // A bus whose server stopped answering: asking it for a consumer's lag never returns.
+    const hung = new Proxy(memory, { get: (bus, key) => (key === 'pending' ? () => new Promise<number>(() => undefined) : Reflect.get(bus, key)) });
+    try {
+      const metrics = createMetrics({ db: unreachable, bus: hung, processMetrics: false, gaugeRefreshMs: 0 });
+      metrics.webhookAttempts.inc({ outcome: 'failed' });
+      const text = await metrics.render();
+      assert.equal(sample(text, 'switchboard_webhook_attempts_total', { outcome: 'failed' }), 1);
+      assert.equal(sample(text, 'switchboard_metrics_source_up', { source: 'database' }), 0);
+      assert.equal(sample(text, 'switchboard_metrics_source_up', { source: 'bus' }), 0);
+      assert.equal(sample(text, 'switchboard_sessions', { state: 'connected' }), undefined, 'no value rather than a false one');
+      assert.equal(sample(text, 'switchboard_bus_consumer_lag', { stream: 'events' }), undefined, 'no lag rather than a lag of 0');
+      const healthy = await createMetrics({ db, bus: memory, processMetrics: false, gaugeRefreshMs: 0 }).render();
+      assert.deepEqual([sample(healthy, 'switchboard_metrics_source_up', { source: 'database' }), sample(healthy, 'switchboard_metrics_source_up', { source: 'bus' })], [1, 1]);
+    } finally {
+      await unreachable.destroy();
+      await memory.close();
     }
   });
 
