@@ -12,7 +12,7 @@ export const DATA_DIR_LOCK_FILE = 'switchboard.lock';
 
 /** Takes the lock and returns the function that releases it; throws when a live process holds it. */
 export function lockDataDirectory(dataDir: string): () => void {
-  ensureDirectory(dataDir);
+  ensureDirectory(dataDir, 0o700); // a new one is private; one given is left as its owner set it
   const path = join(dataDir, DATA_DIR_LOCK_FILE);
   for (let attempt = 0; attempt < 3; attempt++) {
     try {

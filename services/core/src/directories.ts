@@ -1,9 +1,10 @@
 // Creating a data directory and its missing parents. Node's own `mkdirSync(…, { recursive: true })`
 // never returns when a parent exists but refuses new entries with ENOENT (under /proc, say), so a
 // bad DATA_DIR hung the start instead of failing it; one component at a time fails at once.
-import { mkdirSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 
+/** Creates the directory (with `mode`, when given) and its missing parents (with the default). */
 export function ensureDirectory(path: string, mode?: number): void {
   const missing: string[] = [];
   for (let dir = resolve(path); !exists(dir); dir = dirname(dir)) {
@@ -12,12 +13,20 @@ export function ensureDirectory(path: string, mode?: number): void {
   }
   for (const dir of missing) {
     try {
-      mkdirSync(dir, { mode });
+      mkdirSync(dir, { mode: dir === resolve(path) ? mode : undefined });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err; // created meanwhile by another process
     }
   }
   if (!statSync(path).isDirectory()) throw Object.assign(new Error(`EEXIST: file already exists and is not a directory, mkdir '${path}'`), { code: 'EEXIST' });
+}
+
+/** A directory only its owner may enter, existing or not: the embedded database writes its files
+ *  readable by everyone (as the umask allows), and they hold messages, tokens' hashes and
+ *  sessions' credentials. One made by an earlier version is closed too. */
+export function ensurePrivateDirectory(path: string): void {
+  ensureDirectory(path, 0o700);
+  if ((statSync(path).mode & 0o077) !== 0) chmodSync(path, 0o700);
 }
 
 function exists(path: string): boolean {

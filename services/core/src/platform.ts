@@ -95,7 +95,7 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
 async function resolveKeys(config: Config, generate: boolean) {
   const missing = [!config.adminApiKey && 'ADMIN_API_KEY', !config.encryptionKey && 'ENCRYPTION_KEY'].filter(Boolean) as string[];
   if (missing.length && !generate) throw new ConfigError(missing.map((name) => `${name}: required in cluster mode`));
-  if (missing.length) await startStep('DATA_DIR', 'cannot create the data directory', async () => ensureDirectory(config.dataDir));
+  if (missing.length) await startStep('DATA_DIR', 'cannot create the data directory', async () => ensureDirectory(config.dataDir, 0o700));
   const adminFile = join(config.dataDir, 'admin-key');
   // Written with a generated key and removed once it was printed: a first start that fails after
   // making the key (a port in use) leaves it, so the next start still shows the key.

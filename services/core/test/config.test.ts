@@ -1,7 +1,7 @@
 // Configuration: defaults, every variable validated, and one clear line per bad variable.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
@@ -211,6 +211,23 @@ describe('configuration', () => {
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+
+  it('keeps the embedded data private: a data directory it makes and the database directory are its owner\'s alone', async function () {
+    this.timeout(60_000);
+    await withDataDir('sb-private-', async (parent) => {
+      const fresh = join(parent, 'new');
+      const earlier = join(parent, 'earlier'); // as an earlier version left it
+      mkdirSync(join(earlier, 'pgdata'), { recursive: true, mode: 0o755 });
+      chmodSync(join(earlier, 'pgdata'), 0o755);
+      for (const dataDir of [fresh, earlier]) {
+        const run = await runServer(dataDir, (out, child) => !child.killed && /listening on/.test(out) && child.kill('SIGTERM'));
+        assert.equal(run.code, 0, run.out);
+        assert.equal(statSync(join(dataDir, 'pgdata')).mode & 0o777, 0o700, dataDir);
+      }
+      assert.equal(statSync(fresh).mode & 0o777, 0o700, 'a data directory the server made');
+      assert.equal(statSync(earlier).mode & 0o777, 0o755, 'one it was given keeps what its owner set');
+    });
   });
 
   it('a SIGTERM during start-up stops the server cleanly once it has started, not half-way', async function () {

@@ -1,6 +1,6 @@
 // One knex handle for both databases: PostgreSQL (cluster mode) or PGlite in DATA_DIR (embedded).
 // The same SQL and migrations run on both, since PGlite is PostgreSQL compiled to WASM.
-import { ensureDirectory } from '../directories.ts';
+import { ensurePrivateDirectory } from '../directories.ts';
 import { join } from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
@@ -46,7 +46,7 @@ export function openDatabase(opts: DatabaseOptions): Db {
     });
   }
   const dir = join(opts.dataDir, 'pgdata');
-  ensureDirectory(dir);
+  ensurePrivateDirectory(dir);
   return knexFactory({ client: PgliteClient as any, dialect: 'postgres', connection: { filename: dir }, log: knexLog(opts.log) } as Knex.Config);
 }
 
