@@ -128,15 +128,16 @@ class EnvReader {
     return values.includes(v as T) ? (v as T) : this.fail(name, `must be one of ${values.join(', ')} (got "${v}")`, fallback);
   }
 
+  /** A base URL the API appends paths to and hands to every tenant in links: http(s), without a
+   *  user name or password (never echoed), query or fragment. */
   url(name: string, fallback: string): string {
     const v = this.raw(name) ?? fallback;
-    try {
-      const u = new URL(v);
-      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error();
-      return v;
-    } catch {
-      return this.fail(name, `must be an http(s) URL (got "${v}")`, fallback);
-    }
+    const u = URL.canParse(v) ? new URL(v) : undefined;
+    if (!u) return this.fail(name, 'must be an http(s) URL such as https://wa.example.com', fallback);
+    if (u.username || u.password) return this.fail(name, 'must not carry a user name or password: every link the API gives out would show it', fallback);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') return this.fail(name, `must be an http(s) URL (got "${v}")`, fallback);
+    if (u.search || u.hash || v.includes('?') || v.includes('#')) return this.fail(name, `must have no query or fragment: paths are appended to it (got "${v}")`, fallback);
+    return v;
   }
 
   key(name: string): Buffer | undefined {

@@ -10,6 +10,15 @@ export interface HealthServer {
   close(): Promise<void>;
 }
 
+/** Runs every check of a readiness probe at once; rejects naming each that failed ("database, bus
+ *  did not answer"), so the probe's answer says where to look. */
+export async function checkReadiness(checks: Record<string, () => Promise<unknown>>): Promise<void> {
+  const names = Object.keys(checks);
+  const settled = await Promise.allSettled(names.map((name) => checks[name]()));
+  const failed = names.filter((_, i) => settled[i].status === 'rejected');
+  if (failed.length) throw new Error(`${failed.join(', ')} did not answer`);
+}
+
 /** `ready` resolves with extra details when ready and rejects when not. With `metrics`, it also serves GET /metrics (Prometheus) for the process. */
 export function startHealthServer(port: number, ready: () => Promise<Record<string, unknown> | void>, metrics?: Metrics): HealthServer {
   const server: Server = createServer((req, res) => {
@@ -31,7 +40,7 @@ export function startHealthServer(port: number, ready: () => Promise<Record<stri
       );
       return;
     }
-    fail(new Problem(404, 'not_found', 'This path is not served here; try /health, /ready or /metrics.'));
+    fail(new Problem(404, 'not_found', `This path is not served here; try /health${metrics ? ', /ready or /metrics' : ' or /ready'}.`));
   });
   const listening = new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);

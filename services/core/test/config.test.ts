@@ -117,6 +117,11 @@ describe('configuration', () => {
       assert.throws(() => loadConfig({ [name]: value }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
     }
     assert.throws(() => loadConfig({ DATABASE_URL: 'postgres://postgres:pass word' }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('DATABASE_URL: ') && !err.problems[0].includes('pass word'));
+    // The base of every link the API gives out: no credentials (not even echoed), nothing after the path.
+    for (const base of ['http://user:BaseUrlPw@localhost:8080', 'https://wa.example.com/base?x=1', 'https://wa.example.com/#frag', 'https://wa.example.com/?', 'ftp://wa.example.com', 'wa.example.com']) {
+      assert.throws(() => loadConfig({ PUBLIC_BASE_URL: base }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('PUBLIC_BASE_URL: ') && !err.problems[0].includes('BaseUrlPw'), base);
+    }
+    assert.equal(loadConfig({ PUBLIC_BASE_URL: 'https://wa.example.com/switchboard/' }).publicBaseUrl, 'https://wa.example.com/switchboard');
     for (const seeds of ['nats://a:4222,http://b:4222', 'nats://a:4222, b c', ' , ']) {
       assert.throws(() => loadConfig({ NATS_URL: seeds }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('NATS_URL: '), seeds);
     }

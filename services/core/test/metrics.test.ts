@@ -5,7 +5,7 @@ import { createLogger } from '../src/logger.ts';
 import { MemoryBus } from '../src/bus/index.ts';
 import type { Db } from '../src/db/connect.ts';
 import { createMetrics } from '../src/metrics.ts';
-import { startHealthServer } from '../src/health-server.ts';
+import { checkReadiness, startHealthServer } from '../src/health-server.ts';
 import { createServer } from 'node:net';
 import knex from 'knex';
 import { openTestDatabase } from '../../../test/support/services.ts';
@@ -121,12 +121,7 @@ describe('metrics', () => {
   it('serves /metrics on the health port of worker processes', async () => {
     const metrics = createMetrics();
     metrics.webhookExhausted.inc();
-    const port = await new Promise<number>((resolve) => {
-      const probe = createServer().listen(0, '127.0.0.1', () => {
-        const p = (probe.address() as { port: number }).port;
-        probe.close(() => resolve(p));
-      });
-    });
+    const port = await freePort();
     const server = startHealthServer(port, async () => undefined, metrics);
     try {
       await server.listening;
@@ -143,4 +138,29 @@ describe('metrics', () => {
       await server.close();
     }
   });
+
+  it('names on /ready each dependency that did not answer, and offers only the paths it serves', async () => {
+    const port = await freePort();
+    const server = startHealthServer(port, () => checkReadiness({ database: async () => 1, bus: () => Promise.reject(new Error('timeout')) }));
+    try {
+      await server.listening;
+      const ready = await fetch(`http://127.0.0.1:${port}/ready`);
+      assert.equal(ready.status, 503);
+      assert.equal((await ready.json()).detail, 'Not ready: bus did not answer');
+      const metrics = await fetch(`http://127.0.0.1:${port}/metrics`);
+      assert.equal(metrics.status, 404, 'this one serves no metrics');
+      assert.doesNotMatch((await metrics.json()).detail, /metrics/);
+    } finally {
+      await server.close();
+    }
+  });
 });
+
+function freePort(): Promise<number> {
+  return new Promise<number>((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const p = (probe.address() as { port: number }).port;
+      probe.close(() => resolve(p));
+    });
+  });
+}

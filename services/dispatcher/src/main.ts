@@ -5,7 +5,7 @@
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
 // DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
-import { checkEncryptionKeyAtStart, ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
@@ -61,10 +61,7 @@ async function start(): Promise<() => Promise<void>> {
   // The chart sets the pod's uid; without it each process is a replica of its own.
   const leaseOwner = process.env.DISPATCHER_REPLICA_NAME?.trim() || undefined;
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner, ...tuning });
-  const health = healthPort === undefined ? undefined : startHealthServer(healthPort, async () => {
-    await db.raw('select 1');
-    await bus.pending('events', 'dispatcher');
-  }, metrics);
+  const health = healthPort === undefined ? undefined : startHealthServer(healthPort, () => checkReadiness({ database: () => db.raw('select 1'), bus: () => bus.pending('events', 'dispatcher') }), metrics);
   await health?.listening;
 
   return async function stop() {

@@ -2,7 +2,7 @@
 // only the leader runs the controller. Losing the lease ends the process (the Deployment starts
 // a fresh one that campaigns again), so a stale leader never keeps reconciling.
 import { KubeConfig } from '@kubernetes/client-node';
-import { checkEncryptionKeyAtStart, ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
 import { InstanceStore } from './instance-store.ts';
 import { Operator } from './operator.ts';
 import { loadOperatorConfig } from './operator-config.ts';
@@ -35,7 +35,7 @@ async function start(): Promise<() => Promise<void>> {
     },
   });
   const health = startHealthServer(operator.healthPort, async () => {
-    await db.raw('select 1');
+    await checkReadiness({ database: () => db.raw('select 1') });
     return { leader: replica.isLeader };
   });
   await health.listening;

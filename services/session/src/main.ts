@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { checkEncryptionKeyAtStart, Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
@@ -79,10 +79,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto }));
   // Liveness is the event loop answering; readiness adds the database and the bus. A network
   // outage (WhatsApp unreachable) is neither: the session reconnects by itself.
-  const health = cfg.healthPort === undefined ? undefined : startHealthServer(cfg.healthPort, async () => {
-    await db.raw('select 1');
-    await bus.pending('commands', '__ready_probe__');
-  });
+  const health = cfg.healthPort === undefined ? undefined : startHealthServer(cfg.healthPort, () => checkReadiness({ database: () => db.raw('select 1'), bus: () => bus.pending('commands', '__ready_probe__') }));
   await health?.listening;
   const relay = new OutboxRelay(db, bus, log);
   relay.start();

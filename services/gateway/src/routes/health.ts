@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { problems } from '@switchboard/core';
+import { checkReadiness, problems } from '@switchboard/core';
 import { route } from '../http/route.ts';
 
 export const healthRoutes = [
@@ -20,10 +20,10 @@ export const healthRoutes = [
     summary: 'The database and the bus answer',
     responses: { 200: z.object({ status: z.literal('ready') }), 503: 'not ready' },
     handler: async ({ deps }) => {
-      const checks = await Promise.allSettled([deps.db.raw('select 1'), deps.bus.pending('commands', '__ready_probe__')]);
-      const failed = checks.map((c, i) => (c.status === 'rejected' ? ['database', 'bus'][i] : null)).filter(Boolean);
-      // Every error is a problem document (DESIGN §8), this one included.
-      if (failed.length) throw problems.unavailable('not_ready', `Not ready: ${failed.join(', ')} did not answer.`);
+      await checkReadiness({ database: () => deps.db.raw('select 1'), bus: () => deps.bus.pending('commands', '__ready_probe__') }).catch((err: Error) => {
+        // Every error is a problem document (DESIGN §8), this one included.
+        throw problems.unavailable('not_ready', `Not ready: ${err.message}.`);
+      });
       return { body: { status: 'ready' } };
     },
   }),
