@@ -1,7 +1,7 @@
 // Configuration: defaults, every variable validated, and one clear line per bad variable.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.ts';
@@ -258,7 +258,7 @@ describe('configuration', () => {
     });
   });
 
-  it('the dispatcher refuses a bad HEALTH_PORT before it starts anything; the operator names DATABASE_URL', async function () {
+  it('the dispatcher refuses a bad HEALTH_PORT before it starts anything; the operator names DATABASE_URL, or KUBECONFIG without a cluster', async function () {
     this.timeout(60_000);
     const key = Buffer.alloc(32, 7).toString('base64');
     const base = { PATH: process.env.PATH, HOME: process.env.HOME, ENCRYPTION_KEY: key, LOG_LEVEL: 'info' };
@@ -270,13 +270,24 @@ describe('configuration', () => {
     assert.equal(dispatcher.status, 2, dispatcher.stderr);
     assert.match(dispatcher.stderr, /configuration error: HEALTH_PORT: /);
     assert.doesNotMatch(dispatcher.stdout + dispatcher.stderr, /dispatcher started|DATABASE_URL/, 'nothing was started or tried first');
-    const operator = spawnSync(process.execPath, [await builtService('operator')], {
-      env: { ...base, DATABASE_URL: 'postgres://127.0.0.1:1/none', SESSION_IMAGE: 'switchboard:test', KUBERNETES_NAMESPACE: 'switchboard' },
-      encoding: 'utf8',
-      timeout: 25_000,
+    await withDataDir('sb-kube-', async (home) => {
+      const kubeconfig = join(home, 'kubeconfig');
+      writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n');
+      const operator = (env: Record<string, string>) =>
+        spawnSync(process.execPath, [builtOperator], {
+          env: { ...base, HOME: home, DATABASE_URL: 'postgres://127.0.0.1:1/none', SESSION_IMAGE: 'switchboard:test', KUBERNETES_NAMESPACE: 'switchboard', ...env },
+          encoding: 'utf8',
+          timeout: 25_000,
+        });
+      const builtOperator = await builtService('operator');
+      const noDatabase = operator({ KUBECONFIG: kubeconfig });
+      assert.equal(noDatabase.status, 1, noDatabase.stderr);
+      assert.match(noDatabase.stderr, /failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/);
+      assert.doesNotMatch(noDatabase.stdout + noDatabase.stderr, /^\s+at /m, 'no stack trace');
+      // No pod, no KUBECONFIG, no ~/.kube/config: said at once, not retried every 2 s.
+      const noCluster = operator({});
+      assert.equal(noCluster.status, 2, noCluster.stderr);
+      assert.match(noCluster.stderr, /configuration error: KUBECONFIG: no Kubernetes cluster/);
     });
-    assert.equal(operator.status, 1, operator.stderr);
-    assert.match(operator.stderr, /failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/);
-    assert.doesNotMatch(operator.stdout + operator.stderr, /^\s+at /m, 'no stack trace');
   });
 });

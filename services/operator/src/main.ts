@@ -1,15 +1,15 @@
 // Operator process: `node dist/operator.mjs` (built by scripts/build.ts). Campaigns for the Lease;
 // only the leader runs the controller. Losing the lease ends the process (the Deployment starts
 // a fresh one that campaigns again), so a stale leader never keeps reconciling.
-import { KubeConfig } from '@kubernetes/client-node';
 import { checkEncryptionKeyAtStart, checkReadiness, ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
 import { InstanceStore } from './instance-store.ts';
 import { Operator } from './operator.ts';
-import { loadOperatorConfig } from './operator-config.ts';
+import { loadKubeConfig, loadOperatorConfig } from './operator-config.ts';
 
 async function start(): Promise<() => Promise<void>> {
   const config = loadConfig();
   const operator = loadOperatorConfig();
+  const kubeConfig = loadKubeConfig();
   if (!config.databaseUrl) throw new ConfigError(['DATABASE_URL: required for the operator (cluster mode uses PostgreSQL)']);
   if (!config.encryptionKey) throw new ConfigError(['ENCRYPTION_KEY: required for the operator (instance tokens are sealed with it)']);
   // Traces the operator's pg queries and Kubernetes API calls (off unless OTEL_* configures an exporter).
@@ -19,8 +19,6 @@ async function start(): Promise<() => Promise<void>> {
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const crypto = new Crypto(config.encryptionKey);
   await checkEncryptionKeyAtStart(db, crypto);
-  const kubeConfig = new KubeConfig();
-  kubeConfig.loadFromDefault(); // in-cluster service account, or KUBECONFIG outside
   const replica = new Operator({
     kubeConfig,
     namespace: operator.namespace,

@@ -1,6 +1,7 @@
 // Operator settings from the environment (besides the common ones of core's loadConfig).
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '@switchboard/core';
 import { SESSION_POD_TEMPLATE_KEYS, type SessionPodSettings, type SessionPodTemplate } from './session-pod.ts';
 
@@ -18,26 +19,26 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
   const problems: string[] = [];
   const namespace = env.KUBERNETES_NAMESPACE?.trim() || readIfPresent(SERVICE_ACCOUNT_NAMESPACE);
   if (!namespace) problems.push('KUBERNETES_NAMESPACE: required outside a cluster (the namespace whose Instances the operator manages)');
+  else if (!DNS_LABEL.test(namespace)) problems.push(`KUBERNETES_NAMESPACE: must be a namespace name: lowercase letters, digits and "-", at most 63 (got "${namespace}")`);
+  const leaseName = env.LEADER_ELECTION_LEASE?.trim() || 'switchboard-operator';
+  if (!DNS_SUBDOMAIN.test(leaseName)) problems.push(`LEADER_ELECTION_LEASE: must be a Lease name: lowercase letters, digits, "-" and ".", at most 253 (got "${leaseName}")`);
+  const pullPolicy = env.SESSION_IMAGE_PULL_POLICY?.trim() || undefined;
+  if (pullPolicy && !PULL_POLICIES.includes(pullPolicy)) problems.push(`SESSION_IMAGE_PULL_POLICY: must be one of ${PULL_POLICIES.join(', ')} (got "${pullPolicy}")`);
   const image = env.SESSION_IMAGE?.trim();
   if (!image) problems.push('SESSION_IMAGE: required (the Switchboard image the session pods run)');
   const healthPort = Number(env.HEALTH_PORT ?? '8080');
   if (!Number.isInteger(healthPort) || healthPort < 0 || healthPort > 65535) problems.push(`HEALTH_PORT: must be a port number (got "${env.HEALTH_PORT}")`);
-  let resources;
-  try {
-    resources = env.SESSION_RESOURCES?.trim() ? JSON.parse(env.SESSION_RESOURCES) : undefined;
-  } catch {
-    problems.push('SESSION_RESOURCES: must be JSON such as {"requests":{"cpu":"50m","memory":"128Mi"}}');
-  }
+  const resources = sessionResources(env.SESSION_RESOURCES, problems);
   const template = sessionPodTemplate(env.SESSION_POD_TEMPLATE, problems);
   if (problems.length) throw new ConfigError(problems);
   return {
     namespace: namespace!,
     identity: env.POD_NAME?.trim() || hostname(),
-    leaseName: env.LEADER_ELECTION_LEASE?.trim() || 'switchboard-operator',
+    leaseName,
     healthPort,
     session: {
       image: image!,
-      imagePullPolicy: env.SESSION_IMAGE_PULL_POLICY?.trim() || undefined,
+      imagePullPolicy: pullPolicy,
       envSecretName: env.SESSION_ENV_SECRET?.trim() || undefined,
       envConfigMapName: env.SESSION_ENV_CONFIGMAP?.trim() || undefined,
       configRevision: env.SESSION_CONFIG_REVISION?.trim() || undefined,
@@ -46,6 +47,49 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
       template,
     },
   };
+}
+
+// Kubernetes' own rules for these names and values, checked at start: a wrong one would otherwise
+// fail at every reconcile or campaign, in the API server's words, long after the start looked fine.
+const DNS_LABEL = /^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'];
+const QUANTITY = /^[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$/;
+const RESOURCES_EXAMPLE = '{"requests":{"cpu":"50m","memory":"128Mi"},"limits":{"memory":"512Mi"}}';
+
+/** SESSION_RESOURCES: JSON of the session container's requests and limits, each a map of quantities. */
+function sessionResources(raw: string | undefined, problems: string[]): SessionPodSettings['resources'] {
+  if (!raw?.trim()) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    parsed = undefined;
+  }
+  const isMap = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  const fits =
+    isMap(parsed) &&
+    Object.entries(parsed).every(([key, value]) => (key === 'requests' || key === 'limits') && isMap(value) && Object.values(value).every((q) => QUANTITY.test(String(q))));
+  if (!fits) {
+    problems.push(`SESSION_RESOURCES: must be JSON of requests and limits with quantities, such as ${RESOURCES_EXAMPLE}`);
+    return undefined;
+  }
+  return parsed as SessionPodSettings['resources'];
+}
+
+/**
+ * In a pod its service account; outside one KUBECONFIG or ~/.kube/config. The client's last resort
+ * when there is none, an unauthenticated http://localhost:8080, is refused at start: it only fails,
+ * every two seconds, in words that name neither.
+ */
+export function loadKubeConfig(): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromDefault();
+  const cluster = kubeConfig.getCurrentCluster();
+  if (!cluster || (cluster.name === 'cluster' && cluster.server === 'http://localhost:8080')) {
+    throw new ConfigError(['KUBECONFIG: no Kubernetes cluster to manage: not in a pod, and neither KUBECONFIG nor ~/.kube/config names one']);
+  }
+  return kubeConfig;
 }
 
 /** An environment entry: an object with a non-empty string `name`. */

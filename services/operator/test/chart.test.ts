@@ -12,6 +12,7 @@ import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { ENTRY_POINTS } from '../../../scripts/build.ts';
 import { loadOperatorConfig } from '../src/operator-config.ts';
+import { ConfigError } from '@switchboard/core';
 import { sessionPod } from '../src/session-pod.ts';
 import { CRD_FILES } from './helpers.ts';
 import { K8S_SCHEMAS } from './k8s-schemas.ts';
@@ -334,6 +335,19 @@ describe('chart, CRDs and examples', function () {
     const plain = sessionPodOf(template(REQUIRED));
     assert.deepEqual(['imagePullSecrets', 'nodeSelector', 'affinity'].filter((f) => f in JSON.parse(JSON.stringify(plain.spec))), []);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"hostNetwork":true}' }), /SESSION_POD_TEMPLATE.*not hostNetwork/);
+    // What Kubernetes would refuse at every reconcile is refused at start, naming the variable.
+    for (const [name, value] of [
+      ['SESSION_IMAGE_PULL_POLICY', 'Sometimes'],
+      ['LEADER_ELECTION_LEASE', 'Bad_Name'],
+      ['KUBERNETES_NAMESPACE', 'UPPER'],
+      ['SESSION_RESOURCES', '{"limits":{"memory":"lots"}}'],
+      ['SESSION_RESOURCES', '{"requets":{"cpu":"1"}}'],
+      ['SESSION_RESOURCES', '[1]'],
+    ]) {
+      assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', [name]: value }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
+    }
+    const fine = loadOperatorConfig({ KUBERNETES_NAMESPACE: 'team-a', SESSION_IMAGE: 'x', SESSION_IMAGE_PULL_POLICY: 'Never', LEADER_ELECTION_LEASE: 'sb.operator-1', SESSION_RESOURCES: '{"requests":{"cpu":"0.5","memory":"128Mi"},"limits":{"cpu":2,"memory":"1e9"}}' });
+    assert.deepEqual([fine.session.imagePullPolicy, fine.leaseName, fine.session.resources?.limits?.cpu], ['Never', 'sb.operator-1', 2]);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":[{"value":"x"}]}' }), /extraEnv entry must be an object with a name/);
