@@ -140,6 +140,25 @@ describe('telemetry', () => {
 
     it('carries traceparent in NATS headers (no Nats- prefix)', () => checkBusPropagation(bus, 'trace-js'));
 
+    it("continues a request's trace in the process that serves it (its callback runs in no caller's context)", async () => {
+      const sub = await bus.serve('rpc.inst-trace.op', async () => {
+        await inSpan('handler work', {}, async () => undefined);
+        return new Uint8Array();
+      });
+      try {
+        await inSpan('caller', {}, () => bus.request('rpc.inst-trace.op', new Uint8Array(), 5000));
+        const [caller] = spansNamed('caller');
+        const serve = await waitFor(() => spansNamed('serve rpc.op')[0]);
+        const work = await waitFor(() => spansNamed('handler work')[0]);
+        assert.equal(serve.kind, OtelKind.SERVER);
+        assert.equal(parentOf(serve), caller.spanContext().spanId);
+        assert.equal(parentOf(work), serve.spanContext().spanId);
+        assert.equal(work.spanContext().traceId, caller.spanContext().traceId);
+      } finally {
+        await sub.stop();
+      }
+    });
+
     it('rejects a reserved Nats- header rather than sending it', async () => {
       await assert.rejects(bus.publish('evt.inst-trace.x', new Uint8Array(), { headers: { 'Nats-Trace': '1' } }), /reserved/);
     });

@@ -1,7 +1,8 @@
 // Bus spans (nats.js v3 has no instrumentation of its own): a PRODUCER span around each publish,
 // whose traceparent travels in the message headers, and a CONSUMER span around each handler run,
 // child of the traceparent the message carries. Both bus adapters use these, so embedded and
-// cluster mode trace alike.
+// cluster mode trace alike. A request (RPC) carries its caller's trace the same way over NATS; in
+// process, the active context already flows into the handler.
 import type { BusMessage, MessageHandler, PublishOptions } from '../bus/types.ts';
 import { inSpan, SpanKind, withTraceHeaders } from './spans.ts';
 
@@ -32,6 +33,18 @@ export function tracedConsumer(durable: string, handler: MessageHandler): Messag
       },
       () => handler(msg),
     );
+}
+
+/** The active trace, for the headers of a request: the process serving it continues the trace
+ *  (a sandbox call's events join the call's trace in cluster mode as in embedded mode). */
+export function requestTraceHeaders(): Record<string, string> {
+  return withTraceHeaders();
+}
+
+/** Runs a request's handler in a "serve <subject>" span whose parent is the request's traceparent. */
+export function tracedServe<T>(subject: string, headers: Record<string, string>, serve: () => Promise<T>): Promise<T> {
+  const parent = traceparentOf(headers) ?? null;
+  return inSpan(`serve ${subjectKind(subject)}`, { kind: SpanKind.SERVER, parent, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': subject } }, serve);
 }
 
 function traceparentOf(headers: Record<string, string>): string | undefined {
