@@ -8,6 +8,7 @@ import { connect } from '@nats-io/transport-node';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { SpanKind as OtelKind } from '@opentelemetry/api';
 import { createLogger } from '../src/logger.ts';
+import { ConfigError } from '../src/config.ts';
 import { JetStreamBus, MemoryBus } from '../src/bus/index.ts';
 import type { Bus, BusMessage } from '../src/bus/types.ts';
 import { OutboxRelay, enqueueOutbox } from '../src/outbox.ts';
@@ -52,6 +53,19 @@ describe('telemetry', () => {
     assert.equal(off.enabled, false);
     const disabled = await startTelemetry({ serviceName: 'x', env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:1', OTEL_SDK_DISABLED: 'true' } });
     assert.equal(disabled.enabled, false);
+  });
+
+  it('refuses OTEL_* values the SDK would drop without a word (tracing silently off)', async () => {
+    const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' };
+    for (const [name, value] of [
+      ['OTEL_EXPORTER_OTLP_ENDPOINT', 'notaurl'],
+      ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'collector:4318'],
+      ['OTEL_EXPORTER_OTLP_PROTOCOL', 'http/xml'],
+      ['OTEL_TRACES_EXPORTER', 'otlp,zipkinish'],
+      ['OTEL_TRACES_SAMPLER', 'sometimes'],
+    ]) {
+      await assert.rejects(startTelemetry({ serviceName: 'x', env: { ...endpoint, [name]: value } }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
+    }
   });
 
   it('describes the process in its resource: service, version, SDK, host and process', async () => {

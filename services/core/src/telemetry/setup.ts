@@ -8,6 +8,7 @@
 // spared its modules, about 16 MiB of memory in every session process.
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { Instrumentation } from '@opentelemetry/instrumentation';
+import { ConfigError } from '../config.ts';
 
 export interface TelemetryOptions {
   /** service.name (OTEL_SERVICE_NAME wins when set, as the standard says). */
@@ -40,9 +41,35 @@ export function telemetryConfigured(env: NodeJS.ProcessEnv = process.env): boole
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
 }
 
+const PROTOCOLS = ['grpc', 'http/protobuf', 'http/json'];
+const EXPORTERS = ['otlp', 'console', 'none'];
+const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'];
+
+/** The OTEL_* values the SDK would otherwise drop without a word, turning tracing off: refused at
+ *  start, as every other setting is. */
+function assertTelemetryEnv(env: NodeJS.ProcessEnv): void {
+  const problems: string[] = [];
+  const value = (name: string) => env[name]?.trim() || undefined;
+  for (const name of ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']) {
+    const url = value(name);
+    if (url && !(/^https?:\/\//i.test(url) && URL.canParse(url))) problems.push(`${name}: must be an http(s) URL such as http://otel-collector:4318`);
+  }
+  const oneOf = (name: string, allowed: string[], list = false) => {
+    const raw = value(name);
+    const given = list ? (raw?.split(',').map((v) => v.trim()) ?? []) : raw ? [raw] : [];
+    if (given.some((v) => !allowed.includes(v))) problems.push(`${name}: must be ${list ? 'any of' : 'one of'} ${allowed.join(', ')} (got "${raw}")`);
+  };
+  oneOf('OTEL_EXPORTER_OTLP_PROTOCOL', PROTOCOLS);
+  oneOf('OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', PROTOCOLS);
+  oneOf('OTEL_TRACES_EXPORTER', EXPORTERS, true);
+  oneOf('OTEL_TRACES_SAMPLER', SAMPLERS);
+  if (problems.length) throw new ConfigError(problems);
+}
+
 export async function startTelemetry(opts: TelemetryOptions): Promise<Telemetry> {
   const env = opts.env ?? process.env;
   if (!opts.spanExporter && !telemetryConfigured(env)) return DISABLED;
+  assertTelemetryEnv(env);
   const instrumentations = opts.autoInstrument === false ? [] : await autoInstrumentations();
   const [{ NodeSDK }, { defaultResource, resourceFromAttributes }, { SimpleSpanProcessor }, { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
