@@ -4,7 +4,7 @@
 import { chmodSync, mkdirSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 
-/** Creates the directory (with `mode`, when given) and its missing parents (with the default). */
+/** Creates the directory and its missing parents, all with `mode` when given. */
 export function ensureDirectory(path: string, mode?: number): void {
   const missing: string[] = [];
   for (let dir = resolve(path); !exists(dir); dir = dirname(dir)) {
@@ -13,7 +13,7 @@ export function ensureDirectory(path: string, mode?: number): void {
   }
   for (const dir of missing) {
     try {
-      mkdirSync(dir, { mode: dir === resolve(path) ? mode : undefined });
+      mkdirSync(dir, { mode });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err; // created meanwhile by another process
     }

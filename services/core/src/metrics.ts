@@ -98,7 +98,9 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
       labelNames: ['source'] as const,
       registers,
       async collect() {
-        for (const [source, read] of Object.entries(sources)) this.set({ source }, (await read()) ? 1 : 0);
+        // All at once: the scrape waits for the slowest source once, not for the sum of them.
+        const read = await Promise.all(Object.values(sources).map((r) => r()));
+        Object.keys(sources).forEach((source, i) => this.set({ source }, read[i] ? 1 : 0));
       },
     });
   }
@@ -131,23 +133,26 @@ const SOURCE_TIMEOUT_MS = 2000;
 
 /**
  * One read of a source serves every gauge of a scrape (and scrapes within refreshMs). It resolves
- * to undefined when the source failed or did not answer in time: a failed read is tried again at
- * the next scrape.
+ * to undefined when the source failed or did not answer in time, and a failed read is tried again
+ * at the next scrape. A read still running (a slow database) is waited for again, not started a
+ * second time: abandoned reads would pile up and hold connections the API needs.
  */
 function sharedRead<T>(read: () => Promise<T>, refreshMs: number): () => Promise<T | undefined> {
-  let cached: { at: number; value: Promise<T | undefined> } | undefined;
+  let running: Promise<T | undefined> | undefined;
+  let last: { at: number; value: Promise<T | undefined> } | undefined;
   return () => {
-    if (!cached || Date.now() - cached.at > refreshMs) {
-      const done = new AbortController();
-      const timeout = sleep(SOURCE_TIMEOUT_MS, undefined, { signal: done.signal }).catch(() => undefined);
-      const value = Promise.race([read().catch(() => undefined), timeout]).finally(() => done.abort());
-      const entry = { at: Date.now(), value };
-      cached = entry;
-      void value.then((v) => {
-        if (v === undefined && cached === entry) cached = undefined;
-      });
-    }
-    return cached.value;
+    if (last && Date.now() - last.at <= refreshMs) return last.value;
+    running ??= read()
+      .catch(() => undefined)
+      .finally(() => (running = undefined));
+    const done = new AbortController();
+    const timeout = sleep(SOURCE_TIMEOUT_MS, undefined, { signal: done.signal }).catch(() => undefined);
+    const entry = { at: Date.now(), value: Promise.race([running, timeout]).finally(() => done.abort()) };
+    last = entry;
+    void entry.value.then((v) => {
+      if (v === undefined && last === entry) last = undefined;
+    });
+    return entry.value;
   };
 }
 
@@ -251,13 +256,14 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
 const MAX_LAG_INSTANCES = 500;
 
 /** Messages not yet acknowledged: the dispatcher's event consumer, and the sum of the per-instance
- *  command consumers (session-<id>, one per instance; summed to keep one series). Returns its
- *  read (undefined: the bus or the database did not answer). */
+ *  command consumers (session-<id>, one per instance; summed to keep one series), whose list comes
+ *  from the database: without it only the events series is reported, the bus being up. Returns its
+ *  read (undefined: the bus did not answer). */
 function registerBusLag(registry: Registry, bus: Bus, db: Knex | undefined, refreshMs: number): () => Promise<Map<string, number> | undefined> {
   const read = sharedRead(async () => {
     const lags = new Map([['events', await bus.pending('events', 'dispatcher')]]);
-    if (db) {
-      const instances = await db('instances').select('id').limit(MAX_LAG_INSTANCES);
+    const instances = db ? await db('instances').select('id').limit(MAX_LAG_INSTANCES).catch(() => undefined) : undefined;
+    if (instances) {
       const commands = await Promise.all(instances.map((i: { id: string }) => bus.pending('commands', `session-${i.id}`)));
       lags.set('commands', commands.reduce((a, b) => a + b, 0));
     }

@@ -110,6 +110,10 @@ describe('metrics', () => {
       assert.equal(sample(text, 'switchboard_metrics_source_up', { source: 'bus' }), 0);
       assert.equal(sample(text, 'switchboard_sessions', { state: 'connected' }), undefined, 'no value rather than a false one');
       assert.equal(sample(text, 'switchboard_bus_consumer_lag', { stream: 'events' }), undefined, 'no lag rather than a lag of 0');
+      // The bus answers while the database does not: its events lag is still reported.
+      const busOnly = await createMetrics({ db: unreachable, bus: memory, processMetrics: false, gaugeRefreshMs: 0 }).render();
+      assert.deepEqual([sample(busOnly, 'switchboard_metrics_source_up', { source: 'bus' }), sample(busOnly, 'switchboard_bus_consumer_lag', { stream: 'events' })], [1, 0]);
+      assert.equal(sample(busOnly, 'switchboard_bus_consumer_lag', { stream: 'commands' }), undefined, 'its consumers are listed from the database');
       const healthy = await createMetrics({ db, bus: memory, processMetrics: false, gaugeRefreshMs: 0 }).render();
       assert.deepEqual([sample(healthy, 'switchboard_metrics_source_up', { source: 'database' }), sample(healthy, 'switchboard_metrics_source_up', { source: 'bus' })], [1, 1]);
     } finally {

@@ -25,6 +25,10 @@ export function assertStorableInput(value: unknown, where: 'body' | 'query'): vo
   if (found.length > 0) throw problems.validation(found.map((f) => ({ path: f.path || where, message: f.message })));
 }
 
+export function tooDeep(where: 'body' | 'query') {
+  return problems.validation([{ path: where, message: `nests deeper than ${MAX_DEPTH} levels; no request needs that` }]);
+}
+
 export function tooManyValues(where: 'body' | 'query') {
   return problems.validation([{ path: where, message: `has more than ${MAX_VALUES} values; no request needs that many` }]);
 }

@@ -87,7 +87,7 @@ export class InstanceReconciler {
     if (resetPending(instance)) {
       if (pod !== 'absent' && pod !== 'foreign') {
         // The session stopping for this logs out first, as the gateway's reset does.
-        await this.d.store.markUnlinkRequested(name);
+        await this.d.store.markUnlinkRequested(name, 'reset');
         await this.stopPod(instance, pod);
         waiting = true;
       } else if (!(await this.d.store.resetSession(name))) {
@@ -295,7 +295,7 @@ export class InstanceReconciler {
     if (pod !== 'absent' && pod !== 'foreign') {
       // The session stopping for this unlinks the device from the phone; the records go only after
       // it stopped, so it cannot write to them again.
-      await this.d.store.markUnlinkRequested(instance.metadata.name);
+      await this.d.store.markUnlinkRequested(instance.metadata.name, 'delete');
       await this.stopPod(instance, pod);
       return this.d.pollMs ?? 1000;
     }

@@ -134,9 +134,11 @@ export class InstanceStore {
   }
 
   /** Tells the session that stops next to unlink the device from the phone: its instance is being
-   *  deleted or reset (a reset clears the mark). */
-  async markUnlinkRequested(id: string): Promise<void> {
-    await this.db('instances').where({ id }).whereNull('unlink_requested_at').update({ unlink_requested_at: this.db.fn.now() });
+   *  deleted or reset (a reset clears the mark). A delete also sets migration 015's mark, which is
+   *  what a session process of the previous version reads during a rolling upgrade. */
+  async markUnlinkRequested(id: string, reason: 'delete' | 'reset'): Promise<void> {
+    const now = this.db.fn.now();
+    await this.db('instances').where({ id }).update({ unlink_requested_at: now, ...(reason === 'delete' ? { deletion_requested_at: now } : {}) });
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE

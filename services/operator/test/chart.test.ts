@@ -348,6 +348,7 @@ describe('chart, CRDs and examples', function () {
     }
     const fine = loadOperatorConfig({ KUBERNETES_NAMESPACE: 'team-a', SESSION_IMAGE: 'x', SESSION_IMAGE_PULL_POLICY: 'Never', LEADER_ELECTION_LEASE: 'sb.operator-1', SESSION_RESOURCES: '{"requests":{"cpu":"0.5","memory":"128Mi"},"limits":{"cpu":2,"memory":"1e9"}}' });
     assert.deepEqual([fine.session.imagePullPolicy, fine.leaseName, fine.session.resources?.limits?.cpu], ['Never', 'sb.operator-1', 2]);
+    assert.equal(loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_RESOURCES: 'null' }).session.resources, undefined, 'unset with --set session.resources=null');
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":[{"value":"x"}]}' }), /extraEnv entry must be an object with a name/);

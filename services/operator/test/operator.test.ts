@@ -53,9 +53,9 @@ describe('operator: Instance and Project reconciliation', function () {
         return true;
       }
 
-      override async markUnlinkRequested(id: string): Promise<void> {
+      override async markUnlinkRequested(id: string, reason: 'delete' | 'reset'): Promise<void> {
         podsAtUnlinkMark.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
-        return super.markUnlinkRequested(id);
+        return super.markUnlinkRequested(id, reason);
       }
 
       override async delete(id: string): Promise<boolean> {
@@ -255,6 +255,7 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.equal((await t.db('auth_state').where({ instance_id: 'inst-kubectl' })).length, 0);
     const record = await row('inst-kubectl');
     assert.equal(record.unlink_requested_at, null, 'the reset cleared the mark: the new session keeps its pairing when it stops');
+    assert.equal(record.deletion_requested_at, null, 'a reset is no delete, for a session of the previous version either');
     assert.equal(record.phone, null);
     assert.equal(record.state, 'starting');
     const [last] = (await connectionUpdates('inst-kubectl')).slice(-1);
@@ -374,6 +375,7 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(() => assert.ok(podsDuringDelete.length >= 2, 'the record delete was retried'));
     assert.ok(instance('inst-final')?.metadata.deletionTimestamp, 'the resource stays while its records cannot be deleted');
     assert.ok((await row('inst-final'))?.unlink_requested_at, 'the session is told it stops for a delete (it unlinks the device)');
+    assert.ok((await row('inst-final'))?.deletion_requested_at, 'as a session of the previous version reads it');
     assert.equal(podsAtUnlinkMark[0], 1, 'told before its pod was deleted');
     assert.equal(pod('inst-final'), undefined);
     failRecordDeletes = false;

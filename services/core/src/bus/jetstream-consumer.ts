@@ -8,6 +8,7 @@ import type { Logger } from '../logger.ts';
 import type { BusMessage, MessageHandler, Subscription } from './types.ts';
 import type { NatsNames } from './jetstream-names.ts';
 import { sleep } from './semantics.ts';
+import { fromNatsHeaders } from './nats-headers.ts';
 
 export interface ConsumeLoopOptions {
   js: JetStreamClient;
@@ -172,17 +173,12 @@ function workingOrIgnore(m: JsMsg): void {
 }
 
 function toBusMessage(m: JsMsg, names: NatsNames): BusMessage {
-  const headers: Record<string, string> = {};
-  let msgId: string | undefined;
-  for (const key of m.headers?.keys() ?? []) {
-    const value = m.headers!.get(key);
-    if (key.toLowerCase() === 'nats-msg-id') msgId = value;
-    else if (!key.toLowerCase().startsWith('nats-')) headers[key] = value;
-  }
+  const msgIdKey = m.headers?.keys().find((key) => key.toLowerCase() === 'nats-msg-id');
+  const msgId = msgIdKey ? m.headers!.get(msgIdKey) : undefined;
   return {
     subject: names.unprefixed(m.subject),
     data: m.data,
-    headers,
+    headers: fromNatsHeaders(m.headers),
     deliveryCount: m.info.deliveryCount,
     ...(msgId ? { msgId } : {}),
   };

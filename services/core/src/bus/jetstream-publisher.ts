@@ -6,6 +6,7 @@
 // retries on (TimeoutError, NoResponders, ConnectionError) or the JetStreamApiError the server sent.
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { createInbox, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import { toNatsHeaders } from './nats-headers.ts';
 
 interface Waiting {
   resolve(): void;
@@ -40,11 +41,7 @@ export class JetStreamPublisher {
   publish(subject: string, data: Uint8Array, msgId: string | undefined, headers: Record<string, string> | undefined): Promise<void> {
     const token = (this.sequence++).toString(36);
     return new Promise<void>((resolve, reject) => {
-      const h = natsHeaders();
-      for (const [key, value] of Object.entries(headers ?? {})) {
-        if (key.toLowerCase().startsWith('nats-')) throw new Error(`header ${key} uses the reserved Nats- prefix`);
-        h.set(key, value);
-      }
+      const h = toNatsHeaders(headers) ?? natsHeaders();
       if (msgId) h.set('Nats-Msg-Id', msgId);
       this.waiting.set(token, { resolve, reject, deadline: Date.now() + this.timeoutMs });
       try {

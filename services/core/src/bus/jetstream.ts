@@ -24,7 +24,6 @@ import {
   headers as natsHeaders,
   nanos,
   type Msg,
-  type MsgHdrs,
   type NatsConnection,
   type Subscription as NatsSubscription,
 } from '@nats-io/transport-node';
@@ -44,7 +43,9 @@ import { assertDurableName, assertSubject, busDefaults, rpcErrors, sleep, stream
 import { NatsNames } from './jetstream-names.ts';
 import { ConsumeLoop } from './jetstream-consumer.ts';
 import { JetStreamPublisher } from './jetstream-publisher.ts';
-import { requestTraceHeaders, tracedConsumer, tracedPublish, tracedServe } from '../telemetry/bus.ts';
+import { tracedConsumer, tracedPublish, tracedServe } from '../telemetry/bus.ts';
+import { withTraceHeaders } from '../telemetry/spans.ts';
+import { fromNatsHeaders, toNatsHeaders } from './nats-headers.ts';
 import { natsServers } from './nats-servers.ts';
 
 export interface JetStreamBusOptions {
@@ -193,7 +194,7 @@ export class JetStreamBus implements Bus {
     const disconnectsBefore = this.disconnects;
     let reply: Msg;
     try {
-      reply = await this.nc.request(this.names.subject(subject), data, { timeout: timeoutMs, headers: natsHeadersOf(requestTraceHeaders()) });
+      reply = await this.nc.request(this.names.subject(subject), data, { timeout: timeoutMs, headers: toNatsHeaders(withTraceHeaders()) });
     } catch (err) {
       if (this.disconnects !== disconnectsBefore) throw rpcErrors.unavailable();
       throw requestFailure(err, subject, timeoutMs, data.length, this.nc.info?.max_payload);
@@ -338,7 +339,7 @@ export class JetStreamBus implements Bus {
   private async answer(msg: Msg, handler: RequestHandler): Promise<void> {
     try {
       const subject = this.names.unprefixed(msg.subject);
-      msg.respond(await tracedServe(subject, headerRecord(msg), () => handler(msg.data)));
+      msg.respond(await tracedServe(subject, fromNatsHeaders(msg.headers), () => handler(msg.data)));
     } catch (err) {
       const rpcError = err instanceof RpcError ? err : rpcErrors.internal();
       if (!(err instanceof RpcError)) {
@@ -392,19 +393,4 @@ function isApiError(err: unknown, code: number): boolean {
 
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/** A request's headers for NATS (none when there is nothing to carry). */
-function natsHeadersOf(record: Record<string, string>): MsgHdrs | undefined {
-  const entries = Object.entries(record);
-  if (entries.length === 0) return undefined;
-  const h = natsHeaders();
-  for (const [key, value] of entries) h.set(key, value);
-  return h;
-}
-
-function headerRecord(msg: Msg): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const key of msg.headers?.keys() ?? []) out[key] = msg.headers!.get(key);
-  return out;
 }

@@ -35,12 +35,6 @@ export function tracedConsumer(durable: string, handler: MessageHandler): Messag
     );
 }
 
-/** The active trace, for the headers of a request: the process serving it continues the trace
- *  (a sandbox call's events join the call's trace in cluster mode as in embedded mode). */
-export function requestTraceHeaders(): Record<string, string> {
-  return withTraceHeaders();
-}
-
 /** Runs a request's handler in a "serve <subject>" span whose parent is the request's traceparent. */
 export function tracedServe<T>(subject: string, headers: Record<string, string>, serve: () => Promise<T>): Promise<T> {
   const parent = traceparentOf(headers) ?? null;

@@ -2,7 +2,7 @@
 // refused before reading a byte; a chunked body is cut off as soon as it passes the limit.
 import type { Context } from 'koa';
 import { Problem, problems } from '@switchboard/core';
-import { MAX_DEPTH, MAX_VALUES, tooManyValues } from '../storable-input.ts';
+import { MAX_DEPTH, MAX_VALUES, tooDeep, tooManyValues } from '../storable-input.ts';
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 
@@ -53,7 +53,7 @@ function assertParsableShape(text: string): void {
       depth--;
     } else if (c === OPEN_BRACKET || c === OPEN_BRACE || c === COMMA) {
       // A container is a value too.
-      if (c !== COMMA && ++depth > MAX_DEPTH) throw problems.validation([{ path: 'body', message: `nests deeper than ${MAX_DEPTH} levels; no request needs that` }]);
+      if (c !== COMMA && ++depth > MAX_DEPTH) throw tooDeep('body');
       if (++values > MAX_VALUES) throw tooManyValues('body');
     }
   }
