@@ -213,6 +213,8 @@ describe('dashboard end to end (headless Chromium)', function () {
     receiver.respondWith(() => ({ status: 200 }));
     await testRow.getByRole('button', { name: /Retry/ }).click();
     await testRow.locator('[data-status="delivered"]').waitFor();
+    // Its Retry button is gone with the redraw: the focus goes to the Events heading, not the page.
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Events');
 
     // Statistics: the sent message is counted.
     await navLink(page, 'Statistics').click();
@@ -387,23 +389,41 @@ describe('dashboard end to end (headless Chromium)', function () {
     }
     // Filter by project, rename and delete the project (its instance stays), delete an instance.
     await page.goto(`${server.url}/ui#/instances`);
-    await page.getByLabel('Filter by project').selectOption('support');
-    // The filter navigates (hashchange, a later task) and the list reloads: until then the
-    // unfiltered rows are still on the page. Wait for the filtered list itself.
+    const focusedName = () => page.evaluate(() => (document.activeElement as HTMLElement | null)?.getAttribute('name') ?? document.activeElement?.textContent ?? '');
+    // The list is filtered in place: each arrow key is a change, and the focus stays on the list box.
+    const filter = page.getByLabel('Filter by project');
+    await filter.focus();
+    await page.keyboard.press('ArrowDown');
+    await eventually(async () => new URL(page.url()).hash === '#/instances?project=none', UI_TIMEOUT_MS, 'the filter in the address');
+    assert.equal(await focusedName(), 'project', 'focus kept on the filter');
+    await filter.selectOption('support');
     await eventually(async () => {
       assert.deepEqual(await page.locator('tr[data-instance-id] a').allTextContents(), ['Front desk']);
       return true;
     }, UI_TIMEOUT_MS, 'only the project\'s instance listed');
+    assert.equal(new URL(page.url()).hash, '#/instances?project=support');
+    // The list refreshes every 5 s, redrawn only when it changed: a focused row keeps the focus.
+    await page.locator('tr[data-instance-id] a').first().focus();
+    await new Promise((resolve) => setTimeout(resolve, 5_500));
+    assert.equal(await focusedName(), 'Front desk', 'focus kept across a refresh');
     await navLink(page, 'Projects').click();
+    // Rename: Escape and Save give the focus back to the row's Rename button.
+    await page.getByRole('button', { name: 'Rename Support team' }).click();
+    await page.keyboard.press('Escape');
+    assert.match(await focusedName(), /^Rename Support team/);
     await page.getByRole('button', { name: 'Rename Support team' }).click();
     await page.getByLabel('New name').fill('Customer care');
     await page.getByRole('button', { name: 'Save', exact: true }).click();
     await page.locator('tr[data-project-id="support"]', { hasText: 'Customer care' }).waitFor();
+    await eventually(async () => /^Rename Customer care/.test(await focusedName()), UI_TIMEOUT_MS, 'focus on the renamed row');
     await page.getByRole('button', { name: 'Delete Customer care' }).click();
     await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
     await page.getByText('No projects yet.').waitFor();
     const instances = (await server.admin.get('/api/instances')).body.data as { name: string; projectId: string | null }[];
     assert.deepEqual(instances.map((i) => [i.name, i.projectId]).sort(), [['Front desk', null], ['Shop phone', null]]);
+    // "." is no id: it would name the instance list's own API path.
+    await page.goto(`${server.url}/ui#/instances/.`);
+    await page.getByRole('heading', { name: 'Page not found', level: 1 }).waitFor();
     await page.goto(`${server.url}/ui#/instances/${instanceId}`);
     await page.getByRole('button', { name: 'Delete instance' }).click();
     await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();

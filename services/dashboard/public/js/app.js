@@ -21,7 +21,8 @@ const api = createApi({
 
 const ROUTES = [
   { section: 'instances', view: instancesView, match: (s) => s.length === 0 || (s[0] === 'instances' && s.length === 1) },
-  { section: 'instances', view: instanceView, match: (s) => s[0] === 'instances' && s.length >= 2, params: (s) => ({ id: s[1], tab: s[2] ?? 'overview' }) },
+  // An id is letters, digits, "_" and "-": "." or ".." would name another API path.
+  { section: 'instances', view: instanceView, match: (s) => s[0] === 'instances' && s.length >= 2 && /^[\w-]+$/.test(s[1]), params: (s) => ({ id: s[1], tab: s[2] ?? 'overview' }) },
   { section: 'projects', view: projectsView, match: (s) => s[0] === 'projects' },
   { section: 'stats', view: statsView, match: (s) => s[0] === 'stats' },
 ];

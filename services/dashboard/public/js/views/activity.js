@@ -60,7 +60,9 @@ export function render(container, { api, instance }) {
     lastShown[name] = { fingerprint, firstExpiry, at: now };
     const hadFocus = sections[name].body.contains(document.activeElement) ? document.activeElement.dataset.focusKey : undefined;
     replaceChildren(sections[name].body, draw(rows));
-    if (hadFocus) sections[name].body.querySelector(`[data-focus-key="${CSS.escape(hadFocus)}"]`)?.focus();
+    // The focused control may be gone (a retried delivery has no Retry button): its section's
+    // heading takes the focus rather than the page.
+    if (hadFocus) (sections[name].body.querySelector(`[data-focus-key="${CSS.escape(hadFocus)}"]`) ?? sections[name].heading).focus();
   }
 
   function sendsTable(rows) {
@@ -119,6 +121,7 @@ export function render(container, { api, instance }) {
       notify(`Delivery of ${event.type} restarted.`);
       await load();
     });
+    if (!button.isConnected) sections.events.heading.focus(); // a retried delivery has no Retry button
   }
 
   async function send(event) {
@@ -141,8 +144,9 @@ export function render(container, { api, instance }) {
 
 function section(titleId, title, description) {
   const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
-  const el = h('section', { class: 'card', 'aria-labelledby': titleId }, h('h2', { id: titleId }, title), h('p', { class: 'muted small' }, description), body);
-  return { el, body };
+  const heading = h('h2', { id: titleId, tabindex: '-1' }, title);
+  const el = h('section', { class: 'card', 'aria-labelledby': titleId }, heading, h('p', { class: 'muted small' }, description), body);
+  return { el, body, heading };
 }
 
 function lastResult(delivery) {

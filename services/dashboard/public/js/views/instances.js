@@ -1,5 +1,6 @@
-// Instances: the list with live state (refreshed every few seconds), a project filter kept in the
-// address (#/instances?project=<id>) and the create form.
+// Instances: the list with live state (refreshed every few seconds, redrawn only when it changed,
+// so keyboard focus stays put), a project filter kept in the address (#/instances?project=<id>)
+// and the create form.
 import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren, selectField, submitting, table } from '../dom.js';
 import { startPolling } from '../poller.js';
 
@@ -7,8 +8,10 @@ const REFRESH_MS = 5000;
 const NO_PROJECT = 'none';
 
 export function render(container, { api, navigate, query }) {
-  const filter = query.get('project') ?? '';
+  let filter = query.get('project') ?? '';
   let projects = [];
+  let instances = [];
+  let shownFingerprint;
   const listArea = h('div', { 'aria-busy': 'true' }, h('p', { class: 'muted' }, 'Loading instances…'));
   const filterArea = h('div');
   const createArea = h('div');
@@ -19,14 +22,15 @@ export function render(container, { api, navigate, query }) {
   );
 
   async function load() {
-    const [instances, projectList] = await Promise.all([api.get('/api/instances'), api.get('/api/projects')]);
+    const [instanceList, projectList] = await Promise.all([api.get('/api/instances'), api.get('/api/projects')]);
     if (projects.length !== projectList.data.length || filterArea.childElementCount === 0) {
       projects = projectList.data;
       renderFilter();
       renderCreate();
     }
     projects = projectList.data;
-    renderList(instances.data);
+    instances = instanceList.data;
+    renderList();
   }
 
   function renderFilter() {
@@ -36,16 +40,23 @@ export function render(container, { api, navigate, query }) {
       value: filter,
       options: [{ value: '', label: 'All projects' }, { value: NO_PROJECT, label: 'No project' }, ...projects.map((p) => ({ value: p.id, label: p.name }))],
     });
+    // Filtered in place, the address updated without a new view: arrow keys step through the
+    // options (each one a change) with the focus kept on the list box.
     select.querySelector('select').addEventListener('change', (event) => {
-      const value = event.target.value;
-      navigate(value ? `#/instances?project=${encodeURIComponent(value)}` : '#/instances');
+      filter = event.target.value;
+      history.replaceState(null, '', filter ? `#/instances?project=${encodeURIComponent(filter)}` : '#/instances');
+      renderList();
+      renderCreate();
     });
     replaceChildren(filterArea, h('div', { class: 'inline' }, select));
   }
 
-  function renderList(instances) {
+  function renderList() {
     listArea.removeAttribute('aria-busy');
     const shown = instances.filter((i) => !filter || (filter === NO_PROJECT ? !i.projectId : i.projectId === filter));
+    const fingerprint = JSON.stringify([filter, shown, projects]);
+    if (fingerprint === shownFingerprint) return;
+    shownFingerprint = fingerprint;
     if (shown.length === 0) {
       replaceChildren(listArea, instances.length === 0 ? emptyState('No instances yet.', 'Create one below, then connect it by scanning its QR code.') : emptyState('No instances match this project.', 'Choose another project or create an instance in it.'));
       return;

@@ -41,14 +41,17 @@ export function render(container, { api }) {
   /** The name with a Rename button that swaps in a small form (Escape cancels). */
   function nameCell(project) {
     const cell = h('div');
-    const showName = () =>
-      replaceChildren(cell, h('span', {}, project.name), ' ', h('button', { type: 'button', class: 'ghost small', onclick: () => showForm() }, 'Rename', h('span', { class: 'visually-hidden' }, ` ${project.name}`)));
+    const showName = ({ focus = false } = {}) => {
+      const renameButton = h('button', { type: 'button', class: 'ghost small', 'data-rename': project.id, onclick: () => showForm() }, 'Rename', h('span', { class: 'visually-hidden' }, ` ${project.name}`));
+      replaceChildren(cell, h('span', {}, project.name), ' ', renameButton);
+      if (focus) renameButton.focus(); // back where the keyboard user left, not on the page
+    };
     const showForm = () => {
       const renameForm = form(
-        { class: 'inline', onsubmit: (event) => rename(event, renameForm, project), onkeydown: (event) => event.key === 'Escape' && showName() },
+        { class: 'inline', onsubmit: (event) => rename(event, renameForm, project), onkeydown: (event) => event.key === 'Escape' && showName({ focus: true }) },
         field({ label: 'New name', name: 'name', value: project.name, attrs: { maxlength: '70', autocomplete: 'off' } }),
         h('button', { type: 'submit', class: 'small' }, 'Save'),
-        h('button', { type: 'button', class: 'ghost small', onclick: () => showName() }, 'Cancel'),
+        h('button', { type: 'button', class: 'ghost small', onclick: () => showName({ focus: true }) }, 'Cancel'),
       );
       replaceChildren(cell, renameForm);
       renameForm.elements.namedItem('name').focus();
@@ -64,6 +67,7 @@ export function render(container, { api }) {
     if (!saved) return;
     notify(`Project renamed to “${saved.name}”.`);
     await load();
+    listArea.querySelector(`[data-rename="${CSS.escape(project.id)}"]`)?.focus();
   }
 
   async function create(event) {
