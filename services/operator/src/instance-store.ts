@@ -137,8 +137,12 @@ export class InstanceStore {
    *  deleted or reset (a reset clears the mark). A delete also sets migration 015's mark, which is
    *  what a session process of the previous version reads during a rolling upgrade. */
   async markUnlinkRequested(id: string, reason: 'delete' | 'reset'): Promise<void> {
-    const now = this.db.fn.now();
-    await this.db('instances').where({ id }).update({ unlink_requested_at: now, ...(reason === 'delete' ? { deletion_requested_at: now } : {}) });
+    const marks = reason === 'delete' ? ['unlink_requested_at', 'deletion_requested_at'] : ['unlink_requested_at'];
+    // Written once: every reconcile while the pod terminates asks again.
+    await this.db('instances')
+      .where({ id })
+      .andWhere((q) => marks.forEach((mark) => q.orWhereNull(mark)))
+      .update(Object.fromEntries(marks.map((mark) => [mark, this.db.fn.now()])));
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
