@@ -40,7 +40,7 @@ export function acceptSend(
 ): Promise<Accepted> {
   const attributes = { 'switchboard.instance_id': instanceId, 'switchboard.message.type': req.type };
   return inSpan('accept send', { attributes }, async (span) => {
-    const accepted = await acceptSendNow(deps, instanceId, req, idempotencyKey, instance);
+    const accepted = await acceptSendNow(deps, instanceId, withoutBlankFields(req), idempotencyKey, instance);
     span.setAttribute('switchboard.message.id', accepted.id);
     span.setAttribute('switchboard.message.reused', accepted.reused);
     return accepted;
@@ -71,7 +71,7 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     messenger_id: newMessengerId(),
     phone: req.phone,
     type: req.type,
-    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName || undefined, mimetype: media?.mimetype, ptt: req.ptt, seconds: media?.seconds, mediaId: media?.id }),
+    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName, mimetype: media?.mimetype, ptt: req.ptt, seconds: media?.seconds, mediaId: media?.id }),
     status: 'queued',
     idempotency_key: idempotencyKey ?? null,
     content_hash: contentHash,
@@ -126,12 +126,19 @@ function refusalOf(row: InstanceRow): Problem | undefined {
   return undefined;
 }
 
-/** Canonical content: the same message always hashes the same, whatever the key order, and an
- *  empty field or blanks around the mimetype (not part of what is sent) change nothing. */
-export function hashContent(req: SendRequest): string {
-  const field = (value: string | undefined) => (value === '' ? null : (value ?? null));
-  const mimetype = field(req.mimetype);
-  const canonical = [req.phone, req.type, field(req.text), field(req.base64), mimetype && canonicalMimetype(mimetype), field(req.caption), field(req.fileName), req.ptt ?? false];
+/** An empty string is no content (decisions.md "Send validation"): dropped once, here, so the
+ *  stored item, its file's record and the idempotency content all see the same send. */
+function withoutBlankFields(req: SendRequest): SendRequest {
+  const out = { ...req };
+  for (const field of ['text', 'base64', 'mimetype', 'caption', 'fileName'] as const) if (out[field] === '') delete out[field];
+  return out;
+}
+
+/** Canonical content: the same message always hashes the same, whatever the key order, and
+ *  blanks around the mimetype (not part of what is sent) change nothing. */
+function hashContent(req: SendRequest): string {
+  const mimetype = req.mimetype === undefined ? null : canonicalMimetype(req.mimetype);
+  const canonical = [req.phone, req.type, req.text ?? null, req.base64 ?? null, mimetype, req.caption ?? null, req.fileName ?? null, req.ptt ?? false];
   return createHash('sha256').update(JSON.stringify(canonical)).digest('hex');
 }
 

@@ -38,7 +38,7 @@ export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req:
     instanceId,
     direction: 'outbound',
     mimetype,
-    fileName: req.fileName || null,
+    fileName: req.fileName ?? null,
     seconds: seconds ?? null,
     voiceNote: Boolean(req.ptt),
     bytes,
