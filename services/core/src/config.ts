@@ -36,6 +36,30 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
+/** Each process reads its whole environment before it starts anything: every reader runs, and the
+ *  problems of those that throw a ConfigError are thrown together, so a failed start names every
+ *  bad or missing variable at once rather than one per attempt. */
+export function readEnvironment<R extends Record<string, () => unknown>>(readers: R): { [K in keyof R]: ReturnType<R[K]> } {
+  const problems: string[] = [];
+  const read: Record<string, unknown> = {};
+  for (const [name, reader] of Object.entries(readers)) {
+    try {
+      read[name] = reader();
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.problems);
+    }
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return read as { [K in keyof R]: ReturnType<R[K]> };
+}
+
+/** Throws a ConfigError naming each variable of `required` (name → why it is needed) that is unset or blank. */
+export function requireSettings(env: Env, required: Record<string, string>): void {
+  const missing = Object.entries(required).filter(([name]) => !env[name]?.trim());
+  if (missing.length) throw new ConfigError(missing.map(([name, why]) => `${name}: required ${why}`));
+}
+
 const DEFAULT_RETRY_SCHEDULE = '0,5000,300000,1800000,7200000,18000000,36000000,36000000';
 /** The longest delay WEBHOOK_RETRY_SCHEDULE may hold. */
 const MAX_RETRY_DELAY_MS = 30 * 86_400_000;

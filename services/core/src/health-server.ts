@@ -3,6 +3,7 @@
 import { createServer, type Server } from 'node:http';
 import type { Metrics } from './metrics.ts';
 import { Problem } from './problem.ts';
+import { ConfigError } from './config.ts';
 
 export interface HealthServer {
   /** Settles once the port is bound; rejects naming HEALTH_PORT when it cannot be. */
@@ -55,6 +56,6 @@ export function healthPortFrom(env: NodeJS.ProcessEnv): number | undefined {
   const raw = env.HEALTH_PORT?.trim();
   if (!raw) return undefined;
   const port = Number(raw);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`HEALTH_PORT: must be a port number (got "${raw}")`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError([`HEALTH_PORT: must be a port number (got "${raw}")`]);
   return port;
 }

@@ -4,8 +4,9 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadConfig } from '../src/config.ts';
+import { ConfigError, loadConfig, readEnvironment, requireSettings } from '../src/config.ts';
 import { builtService } from '../../../test/support/built.ts';
+import type { ServiceName } from '../../../scripts/build.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
 
 /** The built embedded server on `dataDir`, any port, the sandbox network. `onOutput` sees its
@@ -133,13 +134,45 @@ describe('configuration', () => {
   it('makes the server exit non-zero with the bad variable named', async function () {
     this.timeout(30_000);
     const run = spawnSync(process.execPath, [await builtService('server')], {
-      env: { ...process.env, PORT: '-1', RATE_LIMIT_PER_MINUTE: 'lots' },
+      env: { ...process.env, PORT: '-1', RATE_LIMIT_PER_MINUTE: 'lots', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_EXPORTER: 'fax' },
       encoding: 'utf8',
       timeout: 25_000,
     });
     assert.equal(run.status, 2);
     assert.match(run.stderr, /configuration error: PORT: /);
     assert.match(run.stderr, /configuration error: RATE_LIMIT_PER_MINUTE: /);
+    assert.match(run.stderr, /configuration error: OTEL_TRACES_EXPORTER: /);
+  });
+
+  it('gathers the problems of every reader of the environment into one ConfigError', () => {
+    const fails = (...problems: string[]) => () => {
+      throw new ConfigError(problems);
+    };
+    assert.deepEqual(readEnvironment({ a: () => 1, b: () => 'two', c: () => requireSettings({ X: 'x' }, { X: 'for x' }) }), { a: 1, b: 'two', c: undefined });
+    assert.throws(
+      () => readEnvironment({ a: fails('A: bad'), b: () => 2, c: () => requireSettings({ X: ' ' }, { X: 'for the test', Y: 'too' }), d: fails('D: bad', 'E: bad') }),
+      (err: unknown) => err instanceof ConfigError && JSON.stringify(err.problems) === JSON.stringify(['A: bad', 'X: required for the test', 'Y: required too', 'D: bad', 'E: bad']),
+    );
+    // A fault that is no configuration problem is no list entry: it is thrown as it is.
+    assert.throws(() => readEnvironment({ a: fails('A: bad'), b: () => JSON.parse('{') }), SyntaxError);
+  });
+
+  it('makes every cluster process name all its bad and missing variables in one start', async function () {
+    this.timeout(60_000);
+    // Each line is a separate problem; before, a process stopped at its first group of checks.
+    const common = { PATH: process.env.PATH, HOME: '/nonexistent', PORT: 'eighty', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'sometimes' };
+    const cases: [ServiceName, Record<string, string>, string[]][] = [
+      ['gateway', {}, ['DATABASE_URL', 'NATS_URL', 'ADMIN_API_KEY', 'ENCRYPTION_KEY']],
+      ['dispatcher', { HEALTH_PORT: 'x', DISPATCHER_POLL_INTERVAL_MS: 'soon' }, ['DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY', 'HEALTH_PORT', 'DISPATCHER_POLL_INTERVAL_MS']],
+      ['session', { HEALTH_PORT: 'x', SESSION_LOCK_RETRY_MS: '0' }, ['INSTANCE_ID', 'DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY', 'HEALTH_PORT', 'SESSION_LOCK_RETRY_MS']],
+      ['operator', {}, ['DATABASE_URL', 'ENCRYPTION_KEY', 'KUBERNETES_NAMESPACE', 'KUBECONFIG']],
+    ];
+    for (const [service, env, names] of cases) {
+      const run = spawnSync(process.execPath, [await builtService(service)], { env: { ...common, ...env }, encoding: 'utf8', timeout: 25_000 });
+      assert.equal(run.status, 2, `${service}: ${run.stderr}`);
+      for (const name of [...names, 'PORT', 'OTEL_TRACES_SAMPLER']) assert.match(run.stderr, new RegExp(`configuration error: ${name}: `), `${service} names ${name}: ${run.stderr}`);
+      assert.doesNotMatch(run.stdout + run.stderr, /^\s+at /m, 'no stack trace');
+    }
   });
 
   it('names the variable when a start step fails: the database, the bus, the listen address', async function () {

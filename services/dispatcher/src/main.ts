@@ -5,7 +5,7 @@
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
 // DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
-import { checkEncryptionKeyAtStart, checkReadiness, ConfigError, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, ConfigError, readEnvironment, requireSettings, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
@@ -35,21 +35,18 @@ function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {
 }
 
 async function start(): Promise<() => Promise<void>> {
-  const config = loadConfig();
-  const tuning = readTuning(process.env);
-  let healthPort: number | undefined;
-  const missing = [
-    !config.databaseUrl && 'DATABASE_URL: required by the standalone dispatcher (a postgres:// URL)',
-    !config.natsUrl && 'NATS_URL: required by the standalone dispatcher (a nats:// URL)',
-    !config.encryptionKey && 'ENCRYPTION_KEY: required by the standalone dispatcher (the key the gateway seals webhook secrets with)',
-  ].filter((p): p is string => typeof p === 'string');
-  try {
-    healthPort = healthPortFrom(process.env); // checked with the rest, before anything starts
-  } catch (err) {
-    missing.push((err as Error).message);
-  }
-  if (missing.length) throw new ConfigError(missing);
-
+  const { config, tuning, healthPort } = readEnvironment({
+    config: () => loadConfig(),
+    tuning: () => readTuning(process.env),
+    required: () =>
+      requireSettings(process.env, {
+        DATABASE_URL: 'by the standalone dispatcher (a postgres:// URL)',
+        NATS_URL: 'by the standalone dispatcher (a nats:// URL)',
+        ENCRYPTION_KEY: 'by the standalone dispatcher (the key the gateway seals webhook secrets with)',
+      }),
+    healthPort: () => healthPortFrom(process.env),
+    telemetry: () => checkTelemetryEnv(),
+  });
   const telemetry = await startTelemetry({ serviceName: 'switchboard-dispatcher' });
   const log = createLogger({ level: config.logLevel, name: 'dispatcher' });
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });

@@ -1,6 +1,6 @@
 // The gateway process of cluster mode (PostgreSQL + NATS; sessions run as their own pods and are
 // reached over NATS; Instance resources are kept in step when running inside Kubernetes).
-import { ConfigError, OutboxRelay, loadConfig, openPlatform, runService, startMediaRetention, startTelemetry, withChosenPort } from '@switchboard/core';
+import { OutboxRelay, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startTelemetry, withChosenPort } from '@switchboard/core';
 import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
@@ -15,9 +15,18 @@ async function kubernetesResources(): Promise<InstanceResources | undefined> {
 }
 
 async function start(): Promise<() => Promise<void>> {
-  const config = await withChosenPort(loadConfig());
-  const problems = [!config.databaseUrl && 'DATABASE_URL: required for the gateway process', !config.natsUrl && 'NATS_URL: required for the gateway process'].filter(Boolean);
-  if (problems.length) throw new ConfigError(problems as string[]);
+  const environment = readEnvironment({
+    config: () => loadConfig(),
+    required: () =>
+      requireSettings(process.env, {
+        DATABASE_URL: 'for the gateway process (cluster mode uses PostgreSQL)',
+        NATS_URL: 'for the gateway process (cluster mode uses NATS JetStream)',
+        ADMIN_API_KEY: 'in cluster mode (none is generated there)',
+        ENCRYPTION_KEY: 'in cluster mode (every process seals and opens secrets with the same key)',
+      }),
+    telemetry: () => checkTelemetryEnv(),
+  });
+  const config = await withChosenPort(environment.config);
   const telemetry = await startTelemetry({ serviceName: 'switchboard-gateway' });
   const platform = await openPlatform(config, { service: 'gateway', generateMissingKeys: false, migrate: true });
   const { db, bus, media, crypto, log } = platform;

@@ -1,23 +1,29 @@
 // Operator process: `node dist/operator.mjs` (built by scripts/build.ts). Campaigns for the Lease;
 // only the leader runs the controller. Losing the lease ends the process (the Deployment starts
 // a fresh one that campaigns again), so a stale leader never keeps reconciling.
-import { checkEncryptionKeyAtStart, checkReadiness, ConfigError, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, readEnvironment, requireSettings, runService, Crypto, createLogger, loadConfig, migrate, openDatabase, startHealthServer, startStep, startTelemetry } from '@switchboard/core';
 import { InstanceStore } from './instance-store.ts';
 import { Operator } from './operator.ts';
 import { loadKubeConfig, loadOperatorConfig } from './operator-config.ts';
 
 async function start(): Promise<() => Promise<void>> {
-  const config = loadConfig();
-  const operator = loadOperatorConfig();
-  const kubeConfig = loadKubeConfig();
-  if (!config.databaseUrl) throw new ConfigError(['DATABASE_URL: required for the operator (cluster mode uses PostgreSQL)']);
-  if (!config.encryptionKey) throw new ConfigError(['ENCRYPTION_KEY: required for the operator (instance tokens are sealed with it)']);
+  const { config, operator, kubeConfig } = readEnvironment({
+    config: () => loadConfig(),
+    operator: () => loadOperatorConfig(),
+    kubeConfig: () => loadKubeConfig(),
+    required: () =>
+      requireSettings(process.env, {
+        DATABASE_URL: 'for the operator (cluster mode uses PostgreSQL)',
+        ENCRYPTION_KEY: 'for the operator (instance tokens are sealed with it)',
+      }),
+    telemetry: () => checkTelemetryEnv(),
+  });
   // Traces the operator's pg queries and Kubernetes API calls (off unless OTEL_* configures an exporter).
   const telemetry = await startTelemetry({ serviceName: 'switchboard-operator' });
   const logger = createLogger({ level: config.logLevel, name: 'operator' });
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolMax: 4 });
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
-  const crypto = new Crypto(config.encryptionKey);
+  const crypto = new Crypto(config.encryptionKey!);
   await checkEncryptionKeyAtStart(db, crypto);
   const replica = new Operator({
     kubeConfig,

@@ -1,9 +1,10 @@
 // `make run`: the embedded server. Prints where it listens and, on first start, the admin key.
-import { loadConfig, runService, startTelemetry, withChosenPort } from '@switchboard/core';
+import { checkTelemetryEnv, loadConfig, readEnvironment, runService, startTelemetry, withChosenPort } from '@switchboard/core';
 import { startEmbeddedServer } from './embedded.ts';
 
 async function start(): Promise<() => Promise<void>> {
-  const config = await withChosenPort(loadConfig());
+  const environment = readEnvironment({ config: () => loadConfig(), telemetry: () => checkTelemetryEnv() });
+  const config = await withChosenPort(environment.config);
   console.log(`Switchboard: starting (data in ${config.dataDir}, driver ${config.networkDriver}, ${config.databaseUrl ? 'PostgreSQL' : 'embedded PGlite'}, ${config.natsUrl ? 'NATS' : 'in-process bus'})…`);
   const telemetry = await startTelemetry({ serviceName: 'switchboard' });
   const server = await startEmbeddedServer(config);

@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { checkEncryptionKeyAtStart, checkReadiness, Crypto, ConfigError, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, readEnvironment, requireSettings, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
@@ -25,33 +25,39 @@ interface SessionProcessConfig {
 
 /** Validates the environment; throws ConfigError naming every bad variable. */
 export function loadSessionConfig(env: Record<string, string | undefined> = process.env): SessionProcessConfig {
-  const config = loadConfig(env);
-  const missing: string[] = [];
-  if (!config.instanceId) missing.push('INSTANCE_ID: required (the instance this session serves)');
-  if (!config.databaseUrl) missing.push('DATABASE_URL: required for a session process');
-  if (!config.natsUrl) missing.push('NATS_URL: required for a session process');
-  if (!config.encryptionKey) missing.push('ENCRYPTION_KEY: required for a session process');
-  const ackWaitMs = optionalInt(env, 'SESSION_COMMAND_ACK_WAIT_MS', 30_000, missing);
-  const lockRetryMs = optionalInt(env, 'SESSION_LOCK_RETRY_MS', 2000, missing);
-  const runStateCheckMs = optionalInt(env, 'SESSION_RUN_STATE_CHECK_MS', 5000, missing);
-  let healthPort: number | undefined;
-  try {
-    healthPort = healthPortFrom(env);
-  } catch (err) {
-    missing.push((err as Error).message);
-  }
-  if (missing.length) throw new ConfigError(missing);
+  const { config, timing, healthPort } = readEnvironment({
+    config: () => loadConfig(env),
+    required: () =>
+      requireSettings(env, {
+        INSTANCE_ID: '(the instance this session serves)',
+        DATABASE_URL: 'for a session process',
+        NATS_URL: 'for a session process',
+        ENCRYPTION_KEY: 'for a session process',
+      }),
+    timing: () => sessionTiming(env),
+    healthPort: () => healthPortFrom(env),
+    telemetry: () => checkTelemetryEnv(env),
+  });
   return {
     config,
     instanceId: config.instanceId!,
     databaseUrl: config.databaseUrl!,
     natsUrl: config.natsUrl!,
     encryptionKey: config.encryptionKey!,
-    ackWaitMs,
-    lockRetryMs,
-    runStateCheckMs,
+    ...timing,
     healthPort,
   };
+}
+
+function sessionTiming(env: Record<string, string | undefined>): Pick<SessionProcessConfig, 'ackWaitMs' | 'lockRetryMs' | 'runStateCheckMs'> {
+  const problems: string[] = [];
+  const timing = {
+    ackWaitMs: optionalInt(env, 'SESSION_COMMAND_ACK_WAIT_MS', 30_000, problems),
+    lockRetryMs: optionalInt(env, 'SESSION_LOCK_RETRY_MS', 2000, problems),
+    runStateCheckMs: optionalInt(env, 'SESSION_RUN_STATE_CHECK_MS', 5000, problems),
+  };
+  if (problems.length) throw new ConfigError(problems);
+  return timing;
 }
 
 function optionalInt(env: Record<string, string | undefined>, name: string, fallback: number, problems: string[]): number {

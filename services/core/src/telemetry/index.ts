@@ -1,6 +1,6 @@
 // Tracing for every Switchboard process: start it with startTelemetry() at the top of main(),
 // then use inSpan()/withParent()/injectTraceparent() around work that crosses a process boundary.
-export { startTelemetry, telemetryConfigured, type Telemetry, type TelemetryOptions } from './setup.ts';
+export { checkTelemetryEnv, startTelemetry, telemetryConfigured, type Telemetry, type TelemetryOptions } from './setup.ts';
 export {
   activeTraceIds,
   contextFrom,

@@ -46,8 +46,10 @@ const EXPORTERS = ['otlp', 'console', 'none'];
 const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'];
 
 /** The OTEL_* values the SDK would otherwise drop without a word, turning tracing off: refused at
- *  start, as every other setting is. */
-function assertTelemetryEnv(env: NodeJS.ProcessEnv): void {
+ *  start, as every other setting is (only when tracing is configured; otherwise none is read).
+ *  Processes call it with the rest of their environment (readEnvironment), then startTelemetry. */
+export function checkTelemetryEnv(env: NodeJS.ProcessEnv = process.env): void {
+  if (!telemetryConfigured(env)) return;
   const problems: string[] = [];
   const value = (name: string) => env[name]?.trim() || undefined;
   for (const name of ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']) {
@@ -69,7 +71,7 @@ function assertTelemetryEnv(env: NodeJS.ProcessEnv): void {
 export async function startTelemetry(opts: TelemetryOptions): Promise<Telemetry> {
   const env = opts.env ?? process.env;
   if (!opts.spanExporter && !telemetryConfigured(env)) return DISABLED;
-  assertTelemetryEnv(env);
+  checkTelemetryEnv(env);
   const instrumentations = opts.autoInstrument === false ? [] : await autoInstrumentations();
   const [{ NodeSDK }, { defaultResource, resourceFromAttributes }, { SimpleSpanProcessor }, { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
