@@ -49,8 +49,8 @@ export class Controller {
   private pollTimer?: NodeJS.Timeout;
   /** Instances whose record says a session is up while none holds them, since when. */
   private readonly unheldSince = new Map<string, number>();
-  /** Each instance's token hash at the last database poll. */
-  private readonly tokenHashes = new Map<string, string>();
+  /** The hash of the token this process last read for each instance's Secret. */
+  private readonly tokenHashesRead = new Map<string, string>();
   private stopped = false;
 
   constructor(private readonly o: ControllerOptions) {
@@ -58,7 +58,7 @@ export class Controller {
     this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const events = new EventRecorder(core, FIELD_MANAGER, logger);
-    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs, nameTakenPollMs: o.nameTakenPollMs });
+    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs, nameTakenPollMs: o.nameTakenPollMs, onTokenRead: (id, hash) => this.tokenHashesRead.set(id, hash) });
     this.projectReconciler = new ProjectReconciler(this.custom, o.store);
     this.queue = new WorkQueue({
       handler: (key) => this.process(key),
@@ -148,18 +148,18 @@ export class Controller {
         if (diverged || renewed || status.state !== state || (status.phone ?? null) !== (row.phone ?? null)) this.queue.add(`instance/${row.id}`);
       }
       const ids = new Set(rows.map((r) => r.id));
-      for (const id of this.tokenHashes.keys()) if (!ids.has(id)) this.tokenHashes.delete(id);
+      for (const id of this.tokenHashesRead.keys()) if (!ids.has(id) && !this.instances.get(id, this.o.namespace)) this.tokenHashesRead.delete(id);
     } catch (err) {
       this.o.logger.warn({ err: describe(err) }, 'database poll failed');
     }
   }
 
-  /** A token renewed through the API changes no resource, so no watch event says so. (The first
-   *  poll after a start sees no change: the informer's first sync reconciled every instance.) */
+  /** A token renewed through the API changes no resource, so no watch event says so: the record's
+   *  token differs from the one the last reconcile read for its Secret. (An instance this process
+   *  has not reconciled yet is queued already: the informer's first sync queues every one.) */
   private tokenRenewed(id: string, tokenHash: string): boolean {
-    const before = this.tokenHashes.get(id);
-    this.tokenHashes.set(id, tokenHash);
-    return before !== undefined && before !== tokenHash;
+    const synced = this.tokenHashesRead.get(id);
+    return synced !== undefined && synced !== tokenHash;
   }
 
   /** A session process that died without recording it (kill -9, a crash, a lost node) leaves its

@@ -34,6 +34,9 @@ export interface InstanceReconcilerDeps {
    *  watch sees only the operator's own pods and there is no Secret watch, so its removal brings
    *  no event. */
   nameTakenPollMs?: number;
+  /** Told the hash of the token each reconcile read for an instance's Secret (a reconcile that
+   *  fails after it is retried): a record holding another token needs another reconcile. */
+  onTokenRead?: (instanceId: string, tokenHash: string) => void;
 }
 
 /** `starting`: the pod of the current template, not Ready (scheduling, pulling its image,
@@ -187,9 +190,10 @@ export class InstanceReconciler {
   private async ensureTokenSecret(instance: Instance): Promise<boolean> {
     const id = instance.metadata.name;
     const namespace = instance.metadata.namespace;
-    const token = await this.d.store.token(id);
-    if (!token) return true;
-    const data = { apiToken: Buffer.from(token).toString('base64'), instanceId: Buffer.from(id).toString('base64') };
+    const recorded = await this.d.store.token(id);
+    if (!recorded) return true;
+    this.d.onTokenRead?.(id, recorded.hash);
+    const data = { apiToken: Buffer.from(recorded.token).toString('base64'), instanceId: Buffer.from(id).toString('base64') };
     let existing: V1Secret | undefined;
     try {
       existing = await this.d.core.readNamespacedSecret({ name: tokenSecretName(id), namespace });

@@ -69,10 +69,11 @@ export class InstanceStore {
     return { created: inserted.length > 0 };
   }
 
-  /** The instance token, recovered from its sealed copy (for the token Secret). */
-  async token(id: string): Promise<string | undefined> {
-    const row = await this.db('instances').where({ id }).first('token_sealed');
-    return row ? this.crypto.open(row.token_sealed) : undefined;
+  /** The instance token, recovered from its sealed copy (for the token Secret), and its hash as
+   *  listStates gives it. */
+  async token(id: string): Promise<{ token: string; hash: string } | undefined> {
+    const row = await this.db('instances').where({ id }).first('token_sealed', 'token_hash');
+    return row ? { token: this.crypto.open(row.token_sealed), hash: row.token_hash } : undefined;
   }
 
   /** Brings name, project and paused in line with the resource (the desired run state). False,

@@ -662,3 +662,31 @@ describe('operator: changes no watch event of the resource itself announces', fu
     assert.equal(reads(), before, 'no instance reconciled for a change of its project');
   });
 });
+
+describe('operator: a token renewed before the first database poll after a start', function () {
+  this.timeout(20_000);
+
+  it('reaches its Secret at that poll, not the next resync', async () => {
+    const fake = await startFake();
+    const t = await openTestDb();
+    // The first poll comes 3 s after the start; resyncs are far apart.
+    const controller = new Controller({
+      kubeConfig: kubeConfigFor(fake.url), namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger,
+      ...QUICK, statePollMs: 3000, resyncMs: 600_000,
+    });
+    try {
+      const kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
+      await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name: 'inst-early-renew' }, spec: { displayName: 'Early renew', paused: true } } });
+      await controller.start();
+      const secretToken = () => Buffer.from(fake.get('', 'v1', 'secrets', NAMESPACE, 'inst-early-renew-token')?.data?.apiToken ?? '', 'base64').toString();
+      await eventually(() => assert.ok(secretToken(), 'the first sync wrote the token Secret'));
+      const renewed = issueInstanceToken({ crypto: t.crypto });
+      await t.db('instances').where({ id: 'inst-early-renew' }).update(renewed.columns); // POST …/token, before the first poll
+      await eventually(() => assert.equal(secretToken(), renewed.token), 8000);
+    } finally {
+      await controller.stop();
+      await fake.stop();
+      await t.close();
+    }
+  });
+});
