@@ -158,8 +158,8 @@ export class Controller {
    *  token differs from the one the last reconcile read for its Secret. (An instance this process
    *  has not reconciled yet is queued already: the informer's first sync queues every one.) */
   private tokenRenewed(id: string, tokenHash: string): boolean {
-    const synced = this.tokenHashesRead.get(id);
-    return synced !== undefined && synced !== tokenHash;
+    const lastRead = this.tokenHashesRead.get(id);
+    return lastRead !== undefined && lastRead !== tokenHash;
   }
 
   /** A session process that died without recording it (kill -9, a crash, a lost node) leaves its
