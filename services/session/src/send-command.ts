@@ -4,7 +4,9 @@
 import type { Knex } from 'knex';
 import {
   parseDestination,
+  MediaIntegrityError,
   NOT_CONNECTED,
+  Problem,
   SendError,
   type BusMessage,
   type Logger,
@@ -31,6 +33,8 @@ export interface SendCommandDeps {
   eventsRecorded(): void;
   /** The instance was found paused while this session still consumes: a stop it did not hear of. */
   pausedMeanwhile(): void;
+  /** How long recording a send the network took is retried (default 3 minutes). */
+  recordRetryMs?: number;
 }
 
 export class NotConnectedError extends Error {
@@ -93,6 +97,9 @@ export class SendCommandHandler {
     try {
       outbound = await this.outboundOf(item);
     } catch (err) {
+      // A store that is down or slow is retried (the command is redelivered); only a file that is
+      // gone or was altered fails the send.
+      if (!isLostMedia(err)) throw err;
       const message = err instanceof Error ? err.message : String(err);
       await this.record((trx) => markFailed(trx, item, { code: 'media_unavailable', message: `The media of this send cannot be read: ${message}` }));
       return;
@@ -101,9 +108,28 @@ export class SendCommandHandler {
     if (!(await this.claim(item))) return;
     try {
       await inSpan('network send', { kind: SpanKind.CLIENT }, () => driver.send(outbound));
-      await this.record((trx) => markSent(trx, item));
     } catch (err) {
       await this.recordSendError(item, err);
+      return;
+    }
+    await this.recordSent(item);
+  }
+
+  /** The network took the message, so `sent` is the only true outcome: a database that fails to
+   *  record it is asked again (for a few minutes) rather than have the item reported uncertain.
+   *  Should it stay down longer, the item stays `sending`, and the session's next start reports it
+   *  uncertain. */
+  private async recordSent(item: SendItemRow): Promise<void> {
+    const giveUpAt = Date.now() + (this.deps.recordRetryMs ?? 180_000);
+    for (let delayMs = 100; ; delayMs = Math.min(delayMs * 2, 5000)) {
+      try {
+        await this.record((trx) => markSent(trx, item));
+        return;
+      } catch (err) {
+        if (Date.now() + delayMs > giveUpAt) throw err;
+        this.deps.log.warn({ itemId: item.id, err: String(err), retryInMs: delayMs }, 'send: the network took the message but recording it failed; retrying');
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
     }
   }
 
@@ -163,6 +189,11 @@ export class SendCommandHandler {
     await this.deps.db.transaction(write);
     this.deps.eventsRecorded();
   }
+}
+
+/** The send's file is gone (retention, a deleted blob) or no longer what was stored. */
+function isLostMedia(err: unknown): boolean {
+  return (err instanceof Problem && err.status === 404) || err instanceof MediaIntegrityError;
 }
 
 function commandItemId(data: Uint8Array): string | undefined {

@@ -48,10 +48,17 @@ export async function markSending(trx: Trx, item: SendItemRow): Promise<boolean>
   return setStatus(trx, item, ['queued'], 'sending');
 }
 
-/** sending → sent + `message.sent`. A receipt may already have moved the item further; the event is still due. */
-export async function markSent(trx: Trx, item: SendItemRow): Promise<void> {
-  await setStatus(trx, item, ['sending'], 'sent');
+/** The network took the message: sending → sent + `message.sent` and `message.status` `sent`.
+ *  From `uncertain` too: a process that took over the session (this one lost its owner lock) gave
+ *  up on the send meanwhile, and now it is known to have left. A receipt may already have moved
+ *  the item further: then only `message.sent` is still due. A failed item stays as it is. */
+export async function markSent(trx: Knex.Transaction, item: SendItemRow): Promise<void> {
+  const row = await trx('send_items').where({ id: item.id }).forUpdate().first('status');
+  const status = row?.status as ItemStatus | undefined;
+  if (status === undefined || !(status in RECEIPT_RANK)) return;
   await recordEvent(trx, { instanceId: item.instance_id, type: 'message.sent', data: sendEventData(item), traceContext: item.trace_context });
+  if (RECEIPT_RANK[status] !== 0) return;
+  await setStatus(trx, item, [status], 'sent');
   // The status stream starts at `sent` (the network's server ack); later `sent` receipts add nothing.
   await recordSendStatus(trx, item, 'sent');
 }
@@ -84,7 +91,9 @@ export function isExpired(item: SendItemRow, now = new Date()): boolean {
 }
 
 // Receipts move an item forward only: sent < delivered < read < played. `sending` and
-// `uncertain` may advance too, since a receipt proves the message left. failed is terminal.
+// `uncertain` may advance too, since a receipt proves the message left. A `failed` receipt counts
+// only before the network took the message (`sending`, `uncertain`), as the drivers report it: after
+// `sent` it would move the item back. failed is terminal.
 const RECEIPT_RANK: Partial<Record<ItemStatus, number>> = { sending: 0, uncertain: 0, sent: 1, delivered: 2, read: 3, played: 4 };
 
 /** Applies a network receipt; records `message.status` only when the item moved forward. */
@@ -99,6 +108,7 @@ export async function applyReceipt(trx: Knex.Transaction, instanceId: string, me
 
 async function moveForward(trx: Knex.Transaction, item: SendItemRow, current: number, status: DeliveryStatus): Promise<boolean> {
   if (status === 'failed') {
+    if (current > 0) return false;
     const error = { code: 'network_failed', message: 'The network reported the message as failed.' };
     await setStatus(trx, item, [item.status], 'failed', error);
     await recordSendFailure(trx, item, error);

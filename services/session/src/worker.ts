@@ -227,6 +227,11 @@ export class SessionWorker {
   private lockLost(err: Error): void {
     this.log.warn({ err: err.message }, 'session: owner lock lost; closing the socket and taking the lock again');
     void (async () => {
+      // Another process may own the account already: the socket goes first, so a send under way
+      // ends (uncertain) now rather than leave after the new owner's next sends.
+      const driver = this.driver;
+      this.driver = undefined;
+      await driver?.disconnect().catch((e) => this.log.warn({ err: String(e) }, 'session: disconnect failed'));
       await this.closeSession(false);
       await this.applyState('reconnecting', { reason: 'owner_lock_lost' }, true).catch(() => undefined);
       await this.tryTakeOwnership();

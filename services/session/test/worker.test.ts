@@ -1,9 +1,9 @@
 // The session worker and the local runtime against real PostgreSQL, with the in-process bus and
 // with NATS JetStream, driving the sandbox network.
 import assert from 'node:assert/strict';
-import { enqueueOutbox, subjects } from '@switchboard/core';
+import { enqueueOutbox, Problem, subjects } from '@switchboard/core';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
-import { applyReceipt } from '../src/send-items.ts';
+import { applyReceipt, markSent } from '../src/send-items.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
 
 const OK = '5511912345678';
@@ -118,13 +118,67 @@ for (const nats of [false, true]) {
       await waitStatus(f.id, 'failed');
       assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, f.messengerId, 'read')), false);
       assert.equal(await itemStatus(env.db, f.id), 'failed');
-      // A failure the network reports later is an outcome on both streams, like a refused send.
-      const late = await enqueueSend(env, instanceId, { phone: '5511900000002' });
-      await waitStatus(late.id, 'delivered');
+      // After the network took a message, a failure receipt (one a restarted driver no longer
+      // knows to ignore) would move it back: it changes nothing.
+      const taken = await enqueueSend(env, instanceId, { phone: '5511900000002' });
+      await waitStatus(taken.id, 'delivered');
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, taken.messengerId, 'failed')), false);
+      assert.equal(await itemStatus(env.db, taken.id), 'delivered');
+      // Before it did, a failure the network reports is an outcome on both streams, like a refused send.
+      const late = await enqueueSend(env, instanceId, { phone: '5511900000001' });
+      await waitStatus(late.id, 'uncertain');
       assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, late.messengerId, 'failed')), true);
       const events = (await eventsOf(env.db, instanceId)).filter((e) => e.data.messageId === late.id && (e.type === 'message.failed' || e.data.status === 'failed'));
       assert.deepEqual(events.map((e) => e.type).sort(), ['message.failed', 'message.status']);
       assert.equal(events.find((e) => e.type === 'message.failed')!.data.error.code, 'network_failed');
+    });
+
+    it('records a send the network took as sent once: also when a new owner gave up on it, never when it failed', async () => {
+      const markSentNow = async (id: string) => {
+        const item = await env.db('send_items').where({ id }).first();
+        await env.db.transaction((trx) => markSent(trx, item));
+      };
+      const outcomes = async (id: string) => (await eventsOf(env.db, instanceId)).filter((e) => e.data.messageId === id).map((e) => (e.type === 'message.status' ? `status:${e.data.status}` : e.type));
+      // The owner that took over marked it uncertain while the old one's send was leaving.
+      const gaveUp = await enqueueSend(env, instanceId, { phone: OK, status: 'uncertain', publish: false });
+      await markSentNow(gaveUp.id);
+      assert.equal(await itemStatus(env.db, gaveUp.id), 'sent');
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, gaveUp.messengerId, 'sent')), false, 'the sent receipt adds nothing');
+      assert.deepEqual(await outcomes(gaveUp.id), ['message.sent', 'status:sent']);
+      // A receipt that came first moved it further: the status stays, only message.sent is due.
+      const ahead = await enqueueSend(env, instanceId, { phone: OK, status: 'delivered', publish: false });
+      await markSentNow(ahead.id);
+      assert.equal(await itemStatus(env.db, ahead.id), 'delivered');
+      assert.deepEqual(await outcomes(ahead.id), ['message.sent']);
+      const failed = await enqueueSend(env, instanceId, { phone: OK, status: 'failed', publish: false });
+      await markSentNow(failed.id);
+      assert.equal(await itemStatus(env.db, failed.id), 'failed');
+      assert.deepEqual(await outcomes(failed.id), []);
+    });
+
+    it('sends a media send once its store answers again; fails it only when its file is gone', async () => {
+      const stored = await env.media.store({ instanceId, direction: 'outbound', mimetype: 'image/png', bytes: Buffer.from('PNGDATA') });
+      let outages = 2; // the store times out twice (NATS restarting, say), then answers
+      const reads: string[] = [];
+      await runtime.close();
+      runtime = env.runtime({
+        media: {
+          ...env.media,
+          read: async (mediaId) => {
+            reads.push(mediaId);
+            if (outages-- > 0) throw new Problem(504, 'media_timeout', 'The media store did not answer in time; try again.');
+            return env.media.read(mediaId);
+          },
+        },
+      });
+      await connect();
+      const image = await enqueueSend(env, instanceId, { phone: OK, type: 'image', payload: { mimetype: 'image/png', mediaId: stored.id } });
+      await waitStatus(image.id, 'read');
+      assert.equal(reads.length, 3, 'read again after each outage');
+      const gone = await enqueueSend(env, instanceId, { phone: OK, type: 'image', payload: { mimetype: 'image/png', mediaId: 'med_gone' } });
+      await waitStatus(gone.id, 'failed');
+      const failure = (await eventsOf(env.db, instanceId, 'message.failed')).find((e) => e.data.messageId === gone.id);
+      assert.equal(failure?.data.error.code, 'media_unavailable');
     });
 
     it('expired and cancelled items are never sent', async () => {
