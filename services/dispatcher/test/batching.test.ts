@@ -61,12 +61,16 @@ describe('dispatcher batching (PostgreSQL)', () => {
     assert.equal(oldest.length, 4);
   });
 
-  it('takes a URL longer than an index entry may be (2,000 characters of a 3-byte script)', async () => {
-    const url = `https://long.example/${'漢'.repeat(2000)}`;
-    const inst = await createInstance(db, { webhook: { url } });
-    for (let i = 0; i < 3; i++) await recordRoutedEvent(db, inst.id);
-    const claims = await claim({ freeSlots: { [url]: 2 } });
-    assert.deepEqual(claims.map((c) => c.url), [url, url]);
+  it('takes a URL longer than an index entry may be (2,000 characters of a 3-byte script), in its path or its host', async () => {
+    // Varied characters: a repeated one compresses, and would fit an index entry after all.
+    const han = (i: number) => String.fromCodePoint(0x4e00 + ((i * 7919) % 20000));
+    const host = Array.from({ length: 95 }, (_, l) => Array.from({ length: 20 }, (_, c) => han(l * 20 + c)).join('')).join('.');
+    for (const url of [`https://long.example/${Array.from({ length: 2000 }, (_, i) => han(i)).join('')}`, `https://${host}.cn/`]) {
+      const inst = await createInstance(db, { webhook: { url } });
+      for (let i = 0; i < 3; i++) await recordRoutedEvent(db, inst.id);
+      const claims = await claim({ freeSlots: { [url]: 2 } });
+      assert.deepEqual(claims.filter((c) => c.instanceId === inst.id).map((c) => c.url), [url, url]);
+    }
   });
 
   it('a replica restarted under its name takes back its leases at once, and nothing else', async () => {

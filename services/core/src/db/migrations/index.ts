@@ -17,6 +17,7 @@ import * as m013 from './013_instance_spec_stamp.ts';
 import * as m014 from './014_encryption_key_check.ts';
 import * as m015 from './015_instance_deletion_requested.ts';
 import * as m016 from './016_instance_unlink_requested.ts';
+import * as m017 from './017_drop_host_destination.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -40,6 +41,7 @@ const migrations: Record<string, Migration> = {
   '014_encryption_key_check': m014,
   '015_instance_deletion_requested': m015,
   '016_instance_unlink_requested': m016,
+  '017_drop_host_destination': m017,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
