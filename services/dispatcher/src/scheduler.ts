@@ -70,6 +70,9 @@ export function wakeUpTime(now: number, ms: number, pollIntervalMs: number): num
 
 /** Claims waiting for a slot, in all destinations, are capped at this many claim batches. */
 const WAITING_BATCHES = 4;
+/** A claim held longer than this before its attempt starts reads its row again first: a webhook
+ *  save or a new secret may have cancelled it meanwhile (a fresh claim's read is its claim's). */
+const RECHECK_AFTER_MS = 1000;
 
 export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
   pollIntervalMs: 500,
@@ -116,6 +119,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Claims waiting for a slot of their destination (at most perDestinationConcurrency each), so
    *  a finished attempt starts the next one without waiting for a claim round trip. */
   private readonly ready = new Map<string, ClaimedDelivery[]>();
+  /** When each claim reached this scheduler, on the local monotonic clock. Its lease, set by the
+   *  database's clock (which may be skewed from ours), ends at most leaseMs after that. */
+  private readonly receivedAt = new WeakMap<ClaimedDelivery, number>();
   /** Destinations whose last claim took every due row it found: refilling them waits for news
    *  (kick: new rows, the poll) instead of asking the database again after every attempt. */
   private readonly drained = new Set<string>();
@@ -243,6 +249,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
 
   /** Claims the intake wrote for this scheduler (leased rows): attempted like its own claims. */
   adopt(claims: ClaimedDelivery[]): void {
+    this.received(claims);
     for (const claim of claims) {
       this.dispatch(claim).catch((err) => this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: a handed-off delivery could not be started; its lease brings it back'));
     }
@@ -272,6 +279,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
         freeSlots,
       });
       if (claims.length < limit) this.noteDrained(claims, freeSlots, asked);
+      this.received(claims);
       for (const claim of claims) await this.dispatch(claim);
       if (claims.length < limit) return;
     }
@@ -324,11 +332,24 @@ export class DeliveryScheduler implements DeliveryHandOff {
     return free;
   }
 
-  /** Starts waiting claims of a destination while it has free slots. */
+  private received(claims: ClaimedDelivery[]): void {
+    const now = performance.now();
+    for (const claim of claims) this.receivedAt.set(claim, now);
+  }
+
+  /** How long ago this scheduler got the claim. */
+  private heldFor(claim: ClaimedDelivery): number {
+    return performance.now() - (this.receivedAt.get(claim) ?? performance.now());
+  }
+
+  /** Starts waiting claims of a destination while it has free slots. One that cannot be started
+   *  (the database failed to take it back) is left to its lease, and the next one is tried: else
+   *  the rest would wait here with nothing under way to start them. */
   private async startReady(key: string): Promise<void> {
     const queue = this.ready.get(key);
     while (queue?.length && (this.perDestination.get(key) ?? 0) < this.opts.perDestinationConcurrency && !this.stopped) {
-      await this.dispatch(queue.shift()!);
+      const claim = queue.shift()!;
+      await this.dispatch(claim).catch((err) => this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: a waiting delivery could not be started; its lease brings it back'));
     }
     if (queue && !queue.length && this.ready.get(key) === queue) this.ready.delete(key);
   }
@@ -348,7 +369,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
       else this.waitForSlot(key, claim);
       return;
     }
-    if (claim.leaseUntil.getTime() - Date.now() < this.opts.attemptTimeoutMs) {
+    const heldFor = this.heldFor(claim);
+    if (this.opts.leaseMs - heldFor < this.opts.attemptTimeoutMs) {
       // Waited too long behind a slow destination: its lease could end mid-attempt and let
       // another replica start the same delivery. Give it back as due; a fresh claim takes it.
       await releaseClaim(this.deps.db, claim, claim.dueAt);
@@ -363,7 +385,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
       return;
     }
     this.perDestination.set(key, (this.perDestination.get(key) ?? 0) + 1);
-    const running = this.attempt(claim, key).finally(() => {
+    // Without its material, the attempt reads it again, and only while the row is still ours.
+    const attempted = heldFor > RECHECK_AFTER_MS ? { ...claim, material: undefined } : claim;
+    const running = this.attempt(attempted, key).finally(() => {
       const wasFull = this.inFlight.size >= this.opts.maxConcurrent;
       this.inFlight.delete(running);
       const left = (this.perDestination.get(key) ?? 1) - 1;

@@ -207,9 +207,13 @@ export async function recordFailure(db: Knex, claim: ClaimedDelivery, failure: F
 
 /** What an attempt needs: the exact body, the trace context and the instance's sealed secret. */
 export async function loadAttemptMaterial(db: Knex, claim: ClaimedDelivery): Promise<AttemptMaterial | undefined> {
-  const row = await db('events as e')
+  // Only while the claim still holds the row: a cancel (webhook saved without its URL, secret
+  // regenerated) or an expired lease ends it, and then there is nothing to send.
+  const row = await db('deliveries as d')
+    .join('events as e', 'e.id', 'd.event_id')
     .join('instances as i', 'i.id', 'e.instance_id')
-    .where('e.id', claim.eventId)
+    .where({ 'd.event_id': claim.eventId, 'd.next_attempt_at': claim.leaseUntil })
+    .whereIn('d.status', ['pending', 'retrying'])
     .first('e.body', 'e.trace_context', 'i.webhook_secret_sealed');
   if (!row) return undefined;
   return { body: row.body, traceContext: row.trace_context ?? null, secretSealed: row.webhook_secret_sealed ?? null };
