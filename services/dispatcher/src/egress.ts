@@ -111,9 +111,10 @@ export function createEgressClient(opts: EgressOptions = {}): EgressClient {
 /** undici connector that resolves the host itself, refuses non-public addresses, then dials. */
 function checkedConnector(resolve: (hostname: string) => Promise<string[]>, allowPrivate: boolean, timeoutMs: number): buildConnector.connector {
   const dial = buildConnector({ timeout: timeoutMs });
+  const resolveInTime = boundedResolver(resolve, timeoutMs);
   return (options, callback) => {
     const hostname = options.hostname.replace(/^\[|\]$/g, '');
-    const addresses = isIP(hostname) ? Promise.resolve([hostname]) : resolve(hostname);
+    const addresses = isIP(hostname) ? Promise.resolve([hostname]) : resolveInTime(hostname);
     addresses.then(
       (list) => {
         if (list.length === 0) return callback(new EgressError('connection', 'the webhook host did not resolve'), null);
@@ -124,8 +125,31 @@ function checkedConnector(resolve: (hostname: string) => Promise<string[]>, allo
         const servername = isIP(hostname) ? undefined : hostname;
         dial({ ...options, hostname: list[0], servername }, callback);
       },
-      () => callback(new EgressError('connection', 'the webhook host name could not be resolved'), null),
+      (err) => callback(err instanceof EgressError ? err : new EgressError('connection', 'the webhook host name could not be resolved'), null),
     );
+  };
+}
+
+/**
+ * Host name resolution within an attempt's time: the system resolver runs on libuv's few worker
+ * threads and may hang for long, which the attempt's deadline alone would not cut short (the
+ * connect waits for it). A look-up that takes longer fails the attempt as a time-out, so the
+ * host's breaker opens; and a host has one look-up under way at a time, so a hanging one holds one
+ * worker thread, not one per attempt, and other tenants' hosts still resolve.
+ */
+function boundedResolver(resolve: (hostname: string) => Promise<string[]>, timeoutMs: number): (hostname: string) => Promise<string[]> {
+  const underWay = new Map<string, Promise<string[]>>();
+  return (hostname) => {
+    let lookup = underWay.get(hostname);
+    if (!lookup) {
+      lookup = resolve(hostname).finally(() => underWay.delete(hostname));
+      underWay.set(hostname, lookup);
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new EgressError('timeout', 'the webhook host name did not resolve in time')), timeoutMs);
+    });
+    return Promise.race([lookup, late]).finally(() => clearTimeout(timer));
   };
 }
 

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { createEgressClient } from '../src/egress.ts';
+import { createEgressClient, EgressError } from '../src/egress.ts';
 import { RecentValues } from '../src/recent-values.ts';
 import { waitFor } from './support.ts';
 
@@ -70,6 +70,21 @@ describe('egress client (HTTPS)', function () {
 });
 
 describe('RecentValues', () => {
+  it('ends an attempt whose host name never resolves at its deadline, as a time-out, with one look-up per host under way', async () => {
+    let lookups = 0;
+    const hanging = createEgressClient({ allowPrivateTargets: true, timeoutMs: 300, resolve: () => (lookups++, new Promise<string[]>(() => undefined)) });
+    try {
+      const attempts = await Promise.allSettled([hanging.post('https://hanging.example/a', {}, '{}'), hanging.post('https://hanging.example/b', {}, '{}')]);
+      for (const attempt of attempts) {
+        assert.equal(attempt.status, 'rejected');
+        assert.ok(attempt.reason instanceof EgressError && attempt.reason.kind === 'timeout', String(attempt.reason));
+      }
+      assert.equal(lookups, 1, 'the second attempt waited for the first look-up');
+    } finally {
+      await hanging.close();
+    }
+  });
+
   it('computes a value once, never remembers a failure, and stays within its bound', () => {
     let computed = 0;
     const values = new RecentValues((key: string) => {
