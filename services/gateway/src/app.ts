@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { GatewayDeps } from './deps.ts';
 import { problemResponder } from './http/errors.ts';
 import { rateLimiter } from './http/rate-limit.ts';
-import { originGuard } from './http/origin.ts';
+import { originPolicy } from './http/origin.ts';
 import { dashboardMiddleware } from '@switchboard/dashboard';
 import { authorize, bearerToken, resolvePrincipal, type Principal } from './http/auth.ts';
 import { DEFAULT_BODY_LIMIT, readJsonBody } from './http/body.ts';
@@ -44,9 +44,12 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     await next();
   });
   app.use(metricsEndpoint(metrics));
-  // The origin first: an allowed page also gets its CORS headers on a 429, or it could not read it.
-  app.use(originGuard(deps.config.publicBaseUrl, deps.config.allowedOrigins));
+  // Around the rate limiter (see origin.ts): CORS headers before it, so an allowed page can read a
+  // 429; the origin's verdict after it, so a refused or preflight request is counted too.
+  const origins = originPolicy(deps.config.publicBaseUrl, deps.config.allowedOrigins);
+  app.use(origins.shareWithAllowedPages);
   app.use(rateLimiter({ limit: deps.config.rateLimitPerMinute, trustProxy: deps.config.trustProxy }));
+  app.use(origins.enforce);
   app.use(dashboardMiddleware());
 
   const router = new Router();

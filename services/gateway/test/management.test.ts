@@ -634,6 +634,22 @@ describe('rate limit, origin and proxy handling', function () {
     }
   });
 
+  it('counts the requests the origin check answers: refused pages and preflights', async () => {
+    const t4 = await startTestServer({ env: { RATE_LIMIT_PER_MINUTE: '4', ALLOWED_ORIGINS: 'https://app.example.com' } });
+    try {
+      // Any client can send an Origin header; those answers are requests like any other.
+      assertProblem(await t4.admin.get('/api/projects', { origin: 'https://evil.example.net' }), 403, 'forbidden');
+      assertProblem(await t4.admin.get('/api/projects', { origin: 'https://evil.example.net' }), 403, 'forbidden');
+      const preflight = await t4.client().request('OPTIONS', '/api/projects', undefined, { origin: 'https://app.example.com' });
+      assert.equal(preflight.status, 204);
+      assert.equal(preflight.headers.get('ratelimit-remaining'), '1');
+      assert.equal((await t4.admin.get('/api/projects')).status, 200);
+      assertProblem(await t4.admin.get('/api/projects', { origin: 'https://evil.example.net' }), 429, 'rate_limited');
+    } finally {
+      await t4.stop();
+    }
+  });
+
   it('takes the client IP from X-Forwarded-For only with TRUST_PROXY', async () => {
     const t3 = await startTestServer({ env: { RATE_LIMIT_PER_MINUTE: '2', TRUST_PROXY: 'true' } });
     try {
