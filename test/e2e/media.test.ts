@@ -121,6 +121,14 @@ describe('media end to end', function () {
     await new Promise((r) => setTimeout(r, Math.max(0, expiresAt(live) - Date.now()) + 100));
     assert.equal((await fetch(live)).status, 401, 'expired');
     assert.equal((await t.client(inst.apiToken).get(`/api/instances/${inst.id}/media/med_absent`)).status, 404);
+    // An id no record can have still gets 401 without access, and 403 for another instance's
+    // credential, as every other id does: the caller is checked before the id.
+    for (const odd of [`/api/instances/%00/media/x`, `/api/instances/${inst.id}/media/x%00`]) {
+      const anonymous = await fetch(t.url + odd);
+      assert.equal(anonymous.status, 401, odd);
+      assert.equal(anonymous.headers.get('www-authenticate'), 'Bearer');
+    }
+    assert.equal((await t.client(other.apiToken).get(`/api/instances/${inst.id}%00/media/x`)).status, 403);
   });
 
   it('serves media whose sender gave a mimetype no header can carry as plain bytes, not a 500', async () => {

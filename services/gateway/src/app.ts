@@ -66,7 +66,9 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
     principal = await resolvePrincipal(deps, bearerToken(ctx));
     authorize(r.auth, principal, params.id);
   }
-  assertStorableParams(params);
+  // After authorization: a caller without access gets 401/403, never a 400 or 404 about an id.
+  // The media route authorizes in its handler (a signed link), and checks them there.
+  if (r.auth !== 'any-or-link') assertStorableParams(params);
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
   if (r.bodyRequired && rawBody === undefined) throw problems.badRequest('body_required', 'This operation needs a JSON body.');
   assertStorableInput(rawBody, 'body');

@@ -5,6 +5,7 @@ import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
 import { EventRecord, IncomingRecord, listOf } from '../schemas.ts';
+import { assertStorableParams } from '../storable-input.ts';
 import { incomingRecord } from '../records.ts';
 import { loadInstance } from './common.ts';
 
@@ -67,6 +68,7 @@ export const activityRoutes = [
     responses: { 200: { file: 'the file, with its own Content-Type' }, 401: 'no credential or bad link', 403: 'a credential of another instance', 404: 'absent', 500: 'the stored file failed its integrity check (media_integrity_failed)', 504: 'store time-out' },
     handler: async ({ deps, ctx, params, query }) => {
       await authorizeMedia(deps, ctx.get('authorization') ? bearerToken(ctx) ?? '' : undefined, params, query);
+      assertStorableParams(params);
       const record = await getMediaRecord(deps.db, params.id, params.mediaId);
       if (!record) throw problems.notFound('The media file');
       const bytes = await readMedia(deps.media, record.id, MEDIA_READ_TIMEOUT_MS).catch((err) => {
