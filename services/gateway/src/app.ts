@@ -11,7 +11,7 @@ import { dashboardMiddleware } from '@switchboard/dashboard';
 import { authorize, bearerToken, resolvePrincipal, type Principal } from './http/auth.ts';
 import { DEFAULT_BODY_LIMIT, readJsonBody } from './http/body.ts';
 import { parseOrThrow } from './http/validate.ts';
-import { checkedBeforeHandler, type Route } from './http/route.ts';
+import { checkedBeforeHandler, type CredentialAuth, type Route } from './http/route.ts';
 import { allRoutes } from './routes/index.ts';
 import { assertStorableInput, assertStorableParams } from './storable-input.ts';
 import { metricsEndpoint, observeRequests } from './http/observability.ts';
@@ -20,6 +20,9 @@ import { createMetrics, problems } from '@switchboard/core';
 /** A client's own request id is kept when it is one token of visible ASCII: it is echoed in a
  *  header and quoted in logs and support tickets, where spaces or odd bytes would mislead. */
 const CLIENT_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+/** How old a credential check may be when the handler runs; a body that took longer to arrive
+ *  is followed by a second check, so a revoked key cannot finish a request it began before. */
+const CREDENTIAL_MAX_AGE_MS = 100;
 /** Headers a request may carry once (see repeatedHeader). */
 const SINGLE_HEADERS = new Set(['host', 'authorization']);
 
@@ -69,7 +72,14 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   // After authorization: a caller without access gets 401/403, never a 400 or 404 about an id.
   // The media route authorizes in its handler (a signed link), and checks them there.
   if (r.auth !== 'any-or-link') assertStorableParams(params);
+  const bodyStarted = performance.now();
   const rawBody = r.body ? await readJsonBody(ctx, r.bodyLimit ?? DEFAULT_BODY_LIMIT) : undefined;
+  if (principal && performance.now() - bodyStarted > CREDENTIAL_MAX_AGE_MS) {
+    // The body took a while (a slow link, or a client holding it back): the credential may have
+    // been revoked or renewed meanwhile, and the instance paused. Looked up again, as it is now.
+    principal = await resolvePrincipal(deps, bearerToken(ctx));
+    authorize(r.auth as CredentialAuth, principal, params.id);
+  }
   if (r.bodyRequired && rawBody === undefined) throw problems.badRequest('body_required', 'This operation needs a JSON body.');
   assertStorableInput(rawBody, 'body');
   if (r.query && !r.queryNotStored) assertStorableInput(ctx.query, 'query');

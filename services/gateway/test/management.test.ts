@@ -4,6 +4,7 @@ import { Problem } from '@switchboard/core';
 import { startTestServer, type StorageKind, type TestServer } from '../../../test/support/server.ts';
 import { healthRoutes } from '../src/routes/health.ts';
 import { eventually } from '../../../test/support/http.ts';
+import { request } from 'node:http';
 import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 
@@ -153,6 +154,28 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       const second = post.replace(body, JSON.stringify({ name: 'Pipelined' }).replace('d"', 'x"'));
       assert.deepEqual(statuses(await rawRequest(t.url, `${second}FETCHALL /health HTTP/1.1\r\nHost: x\r\n\r\n`)), [201, 400]);
       assert.match(answer, /"name":"Pipelined"/);
+    });
+
+    it('checks a credential again after a body that took long to arrive: a key revoked or an instance paused meanwhile counts', async () => {
+      const inst = await createInstance('Slow body');
+      const key = (await t.admin.post(`/api/instances/${inst.id}/apps`, { name: 'slow client' })).body;
+      /** A send whose body arrives in two parts, `meanwhile` running between them. */
+      const slowSend = (token: string, meanwhile: () => Promise<unknown>) =>
+        new Promise<{ status: number; code?: string }>((resolve, reject) => {
+          const body = JSON.stringify({ phone: '5511912345678', type: 'text', text: 'late' });
+          const req = request(`${t.url}/api/instances/${inst.id}/messages`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
+            let text = '';
+            res.on('data', (chunk) => (text += chunk));
+            res.on('end', () => resolve({ status: res.statusCode!, code: JSON.parse(text).code }));
+          });
+          req.on('error', reject);
+          req.write(body.slice(0, 10));
+          setTimeout(() => void meanwhile().then(() => req.end(body.slice(10)), reject), 300);
+        });
+      assert.deepEqual(await slowSend(key.key, () => t.admin.delete(`/api/instances/${inst.id}/apps/${key.appId}`)), { status: 401, code: 'unauthorized' });
+      assert.deepEqual(await slowSend(inst.apiToken, () => t.admin.post(`/api/instances/${inst.id}/disconnect`)), { status: 409, code: 'instance_paused' });
+      const renewed = await slowSend(inst.apiToken, () => t.admin.post(`/api/instances/${inst.id}/token`));
+      assert.equal(renewed.status, 401);
     });
 
     it('refuses a JSON null body instead of reading it as no fields', async () => {
