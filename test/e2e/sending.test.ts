@@ -520,3 +520,34 @@ function postWithHeaderLines(url: string, token: string, body: unknown, [name, v
     req.end(JSON.stringify(body));
   });
 }
+
+describe('send order across a restart (the embedded server on PostgreSQL, in-process bus)', function () {
+  this.timeout(120_000);
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer({ storage: 'postgres' });
+  });
+  after(async () => t?.stop());
+
+  it('sends the sends queued before a restart ahead of those accepted while the sessions come back', async () => {
+    // Sessions come back one after another: twenty unpaired instances first keep the last one
+    // waiting while the API already takes sends for it.
+    for (let i = 0; i < 40; i++) await t.admin.post('/api/instances', { name: `Waiting ${i}` });
+    const inst = (await t.admin.post('/api/instances', { name: 'Last to resume' })).body;
+    const send = (text: string) => t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text });
+    const older = await send('queued before the restart');
+    assert.equal(older.status, 202);
+    const restarting = t.restart();
+    // The in-process bus lost every command: the first send the new process takes must still go second.
+    const newer = await eventually(async () => {
+      const res = await send('accepted during the restart').catch(() => undefined);
+      return res?.status === 202 ? res : undefined;
+    }, 60_000, 'a send accepted while the sessions come back', 2);
+    await restarting;
+    await waitForState(t.admin, inst.id, 'awaiting_scan');
+    assert.equal((await t.admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511900000002' })).status, 200);
+    for (const id of [older.body.id, newer.body.id]) await waitForSendStatus(t.admin, inst.id, id, ['sent', 'delivered', 'read']);
+    const sent = (await eventsOf(t.admin, inst.id, 'message.sent')).reverse().map((e) => e.data.messageId);
+    assert.deepEqual(sent, [older.body.id, newer.body.id]);
+  });
+});

@@ -3,7 +3,7 @@
 // in-process bus in DATA_DIR.
 import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, withChosenPort, type Config, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
-import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
+import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, requeueQueuedCommands, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
 
 export interface EmbeddedServer {
@@ -31,6 +31,9 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  // The in-process bus starts empty: the commands of sends queued before the restart go first, so
+  // a send accepted once the API listens never overtakes an older one of its instance.
+  if (!config.natsUrl && (await requeueQueuedCommands(db))) relay.kick();
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
   await runtime.resumeAll();

@@ -5,7 +5,6 @@ import type { Knex } from 'knex';
 import {
   busDefaults,
   DbAuthStore,
-  enqueueOutbox,
   problems,
   recordConnectionState,
   subjects,
@@ -20,6 +19,7 @@ import {
   type StateInfo,
   type Subscription,
 } from '@switchboard/core';
+import { requeueQueuedCommands } from './command-requeue.ts';
 import { recordInbound, recordPresence } from './inbound.ts';
 import type { MediaArchive } from './media-archive.ts';
 import { ownerLockFor, type OwnerLock } from './owner-lock.ts';
@@ -283,23 +283,10 @@ export class SessionWorker {
     }
   }
 
-  /** Publishes the commands of queued items again, so a bus that lost them gets them again (the
-   *  bus drops repeats within its duplicate window; the handler skips items no longer queued).
-   *  `createdBefore`: only items at least that old (ms, by the database's clock). */
-  private async requeueQueuedItems(createdBefore = 0): Promise<void> {
-    const { db, instanceId } = this.opts;
-    const ids = (await db('send_items')
-      .where({ instance_id: instanceId, status: 'queued' })
-      .where('created_at', '<=', db.raw(`now() - ? * interval '1 millisecond'`, [createdBefore]))
-      .orderBy('created_at')
-      .pluck('id')) as string[];
-    if (!ids.length) return;
-    await db.transaction(async (trx) => {
-      for (const id of ids) {
-        await enqueueOutbox(trx, { subject: subjects.command(instanceId), msgId: id, payload: JSON.stringify({ id }) });
-      }
-    });
-    this.opts.relay.kick();
+  /** Publishes the commands of queued items again (command-requeue.ts), for a bus that lost them.
+   *  `olderThanMs`: only items at least that old. */
+  private async requeueQueuedItems(olderThanMs = 0): Promise<void> {
+    if (await requeueQueuedCommands(this.opts.db, { instanceId: this.instanceId, olderThanMs })) this.opts.relay.kick();
   }
 
   // ---- driver ----
