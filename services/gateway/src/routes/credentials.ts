@@ -19,7 +19,8 @@ export const credentialRoutes = [
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       const { token, columns } = issueInstanceToken(deps);
-      await deps.db('instances').where({ id: params.id }).update({ ...columns, updated_at: deps.db.fn.now() });
+      const renewed = await deps.db('instances').where({ id: params.id }).update({ ...columns, updated_at: deps.db.fn.now() });
+      if (!renewed) throw problems.notFound('The instance'); // deleted while this request ran
       return { body: { apiToken: token }, headers: SECRET_HEADERS };
     },
   }),

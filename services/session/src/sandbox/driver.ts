@@ -8,6 +8,7 @@ import {
   PAIRING_CODE_TTL_MS,
   SendError,
   problems,
+  safeEqual,
   type ConnectionState,
   type DeliveryStatus,
   type DriverContext,
@@ -175,7 +176,7 @@ export class SandboxDriver implements NetworkDriver {
     if (!this.pairing) throw problems.conflict('no_pairing_code', 'No pairing code was issued.');
     // As on a phone, the dash shown in the code is optional and case does not matter.
     const typed = (c: string) => c.toUpperCase().replace(/[^A-Z0-9]/g, '');
-    if (typed(code) !== typed(this.pairing.code)) throw problems.badRequest('invalid_pairing_code', 'The code is not the last issued pairing code.');
+    if (!safeEqual(typed(code), typed(this.pairing.code))) throw problems.badRequest('invalid_pairing_code', 'The code is not the last issued pairing code.');
     if (Date.now() >= this.pairing.expiresAt.getTime()) throw problems.conflict('pairing_code_expired', 'The pairing code expired; request a new one.');
     return this.completePairing(this.pairing.phone);
   }
