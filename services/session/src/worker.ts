@@ -123,6 +123,9 @@ export class SessionWorker {
   async stop(final?: { state: ConnectionState; reason: string }): Promise<void> {
     this.running = false;
     if (this.lockTimer) clearTimeout(this.lockTimer);
+    // A start under way (a lock retry's, or a retake after the lock was lost) ends first: it opens
+    // no socket once stopped, and closing now would release the lock under it.
+    await this.startingUp;
     await this.closeSession();
     if (final) await this.applyState(final.state, { reason: final.reason }, true);
   }
@@ -212,6 +215,7 @@ export class SessionWorker {
       await this.recoverInterruptedSends();
       await this.requeueQueuedItems();
       await this.settings.reload();
+      if (!this.running) return; // stopped meanwhile: stop() closes the session and releases the lock
       this.keepSettingsFresh();
       // After a crash or restart the record still says what the last process left (`connected`):
       // the event says why the state went back to `starting`.
