@@ -135,7 +135,8 @@ export class SendCommandHandler {
 
   /** queued → sending under a row lock, so a cancel or the sweeper cannot slip in between. Nothing
    *  is sent for a paused instance: a disconnect whose stop request never reached this session
-   *  (NATS down, a time-out) has already answered, and its pause must hold. */
+   *  (NATS down, a time-out) has already answered, and its pause must hold. An item that expired
+   *  while its media was read is expired here, not sent. */
   private async claim(item: SendItemRow): Promise<boolean> {
     const claimed = await this.deps.db.transaction(async (trx) => {
       const row = await trx('send_items')
@@ -145,9 +146,11 @@ export class SendCommandHandler {
         .first('send_items.status', 'instances.paused');
       if (!row || row.status !== 'queued') return false;
       if (row.paused) return 'paused';
+      if (isExpired(item)) return (await markExpired(trx, item)) && 'expired';
       return markSending(trx, item);
     });
-    if (claimed !== 'paused') return claimed;
+    if (claimed === 'expired') this.deps.eventsRecorded();
+    if (claimed !== 'paused') return claimed === true;
     this.deps.pausedMeanwhile();
     throw new InstancePausedError();
   }

@@ -181,6 +181,19 @@ for (const nats of [false, true]) {
       assert.equal(failure?.data.error.code, 'media_unavailable');
     });
 
+    it('expires, and never sends, an item whose time ran out while its media was read', async () => {
+      const stored = await env.media.store({ instanceId, direction: 'outbound', mimetype: 'image/png', bytes: Buffer.from('PNGDATA') });
+      await runtime.close();
+      runtime = env.runtime({ media: { ...env.media, read: async (mediaId) => (await new Promise((r) => setTimeout(r, 1500)), env.media.read(mediaId)) } });
+      await connect();
+      const late = await enqueueSend(env, instanceId, { phone: OK, type: 'image', payload: { mimetype: 'image/png', mediaId: stored.id }, expiresAt: new Date(Date.now() + 1000) });
+      await until(async () => TERMINAL.includes(await itemStatus(env.db, late.id)), 'an outcome', 20_000);
+      assert.equal(await itemStatus(env.db, late.id), 'expired');
+      assert.equal((await env.db('sandbox_ledger').where({ messenger_id: late.messengerId })).length, 0, 'never sent');
+      const failure = (await eventsOf(env.db, instanceId, 'message.failed')).find((e) => e.data.messageId === late.id);
+      assert.equal(failure?.data.error.code, 'expired');
+    });
+
     it('expired and cancelled items are never sent', async () => {
       await connect();
       const late = await enqueueSend(env, instanceId, { phone: OK, expiresAt: new Date(Date.now() - 1000) });
