@@ -133,6 +133,61 @@ describe('baileys driver in the session worker', function () {
   });
 });
 
+describe('baileys driver: received messages under faults (the network sends none again)', function () {
+  this.timeout(20_000);
+  let env: Env;
+  before(async () => (env = await openEnv()));
+  after(() => env?.close());
+
+  it('records a message the database could not take for a moment (a restart ended its connection)', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const holder = await env.db.transaction();
+      const message = inbound({ conversation: 'hello during a database restart' });
+      try {
+        await holder.raw('lock table incoming in access exclusive mode');
+        network.current.emit('messages.upsert', { messages: [message], type: 'notify' });
+        // The statement recording it waits for the lock; the server then ends its connection.
+        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the recording waits');
+      } finally {
+        await holder.rollback();
+      }
+      await until(async () => (await env.db('incoming').where({ instance_id: instanceId, message_id: message.key.id })).length === 1, 'recorded once the database answers', 10_000);
+    } finally {
+      await runtime.close();
+    }
+  });
+
+  it('records them all: the network acknowledged them and sends none again', async () => {
+    // A media host that answers after 1.5 s (a slow CDN): the photo's download holds the queue.
+    const slow = createServer((_req, res) => void setTimeout(() => res.writeHead(404).end(), 1500));
+    await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 5_000, mediaUrlAllowed: (url) => url.hostname === '127.0.0.1' });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const photo = inbound({ imageMessage: { url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/photo`, mediaKey: randomBytes(32), mimetype: 'image/jpeg' } });
+      const next = inbound({ conversation: 'sent right after the photo' });
+      network.current.emit('messages.upsert', { messages: [photo], type: 'notify' });
+      network.current.emit('messages.upsert', { messages: [next], type: 'notify' });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await runtime.stop(instanceId); // POST …/disconnect while the photo still downloads
+      const recorded = (await env.db('incoming').where({ instance_id: instanceId }).pluck('message_id')) as string[];
+      assert.deepEqual(recorded.sort(), [photo.key.id, next.key.id].sort());
+    } finally {
+      await runtime.close();
+      slow.closeAllConnections();
+      slow.close();
+    }
+  });
+});
+
 describe('baileys driver: a delete through the gateway in cluster mode', function () {
   this.timeout(20_000);
   let env: Env;

@@ -21,6 +21,7 @@ import {
 } from '@whiskeysockets/baileys';
 import {
   createLogger,
+  isDatabaseUnavailable,
   NOT_CONNECTED,
   PAIRING_CODE_TTL_MS,
   problems,
@@ -76,12 +77,16 @@ export interface BaileysDriverOptions {
   stillOwner?: (instanceId: string) => Promise<boolean>;
   /** Baileys' own log level; its debug output can contain key material, so keep it at warn. */
   baileysLogLevel?: string;
+  /** How long a received message waits for an unreachable database (2 minutes). */
+  recordRetryMs?: number;
 }
 
 /** How long a socket can wait for a pairing: Baileys shows the first of the refs WhatsApp hands
  *  out for 60 s and each further one for 20 s (six refs), then ends the socket (408), and a
  *  pairing code asked on it dies with it. */
 const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
+/** How long a received message waits for a database that cannot be reached before it is given up. */
+const RECORD_RETRY_MS = 120_000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
 /** Error codes of a group query that mean the instance may not send there (a bad group id, not
@@ -329,6 +334,14 @@ export class BaileysDriver implements NetworkDriver {
         if (current()) this.events.post(() => (current() ? handle(data) : Promise.resolve()));
       });
     };
+    // Messages and receipts the socket took while it was current are handled even if it is closed
+    // before their turn (behind a slow media download): the network acknowledged them already and
+    // will not send them again. disconnect() waits for them.
+    const onReceived = <E extends keyof BaileysEventMap>(event: E, handle: (data: BaileysEventMap[E]) => Promise<void>) => {
+      sock.ev.on(event, (data) => {
+        if (current()) this.events.post(() => handle(data));
+      });
+    };
     // Credentials are written on their own chain, so a slow listener never delays them.
     sock.ev.on('creds.update', () => {
       if (current() && this.creds) this.writeCreds(this.creds);
@@ -338,9 +351,9 @@ export class BaileysDriver implements NetworkDriver {
       if (current() && update.qr) this.markReady(sock);
     });
     on('connection.update', (update) => this.onConnectionUpdate(sock, update));
-    on('messages.upsert', (upsert) => this.onUpsert(sock, upsert));
-    on('messages.update', (updates) => this.onReceipts(receiptsFromUpdates(updates)));
-    on('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates)));
+    onReceived('messages.upsert', (upsert) => this.onUpsert(sock, upsert));
+    onReceived('messages.update', (updates) => this.onReceipts(receiptsFromUpdates(updates)));
+    onReceived('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates)));
     on('presence.update', (update) => this.onPresence(update));
     on('call', (calls) => this.onCalls(sock, calls));
     // Members changed: the next send reads them again (relayMessage encrypts for those it is
@@ -426,11 +439,23 @@ export class BaileysDriver implements NetworkDriver {
     // content (group notifications, offline calls), which normaliseMessage drops. The incoming
     // table's unique message id absorbs a message the server hands over twice.
     if (upsert.type !== 'notify' && upsert.type !== 'append') return;
-    for (const msg of upsert.messages) {
+    for (const msg of upsert.messages) await this.takeReceived(sock, msg);
+  }
+
+  /** The network acknowledged the message before handing it over and will not send it again: a
+   *  database that cannot be reached for a moment (a restart, a failover) is waited for, in order,
+   *  rather than the message lost. Any other fault is logged, and the next message goes on. */
+  private async takeReceived(sock: BaileysSocket, msg: WAMessage): Promise<void> {
+    const giveUpAt = Date.now() + (this.opts.recordRetryMs ?? RECORD_RETRY_MS);
+    for (let delayMs = 200; ; delayMs = Math.min(delayMs * 2, 5_000)) {
       try {
         await this.onLiveMessage(sock, msg);
+        return;
       } catch (error) {
-        this.log.error({ err: errorSummary(error), messageId: msg.key?.id }, 'could not process a received message');
+        const fields = { err: errorSummary(error), messageId: msg.key?.id };
+        if (!isDatabaseUnavailable(error) || Date.now() + delayMs > giveUpAt) return void this.log.error(fields, 'could not process a received message');
+        this.log.warn({ ...fields, retryInMs: delayMs }, 'the database is not reachable; recording the received message again');
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }
   }
