@@ -551,3 +551,23 @@ describe('send order across a restart (the embedded server on PostgreSQL, in-pro
     assert.deepEqual(sent, [older.body.id, newer.body.id]);
   });
 });
+
+describe('an instance paused by a process killed before it stopped the session (embedded)', function () {
+  this.timeout(60_000);
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer();
+  });
+  after(async () => t?.stop());
+
+  it('is recorded stopped at the next start, with its connection.update', async () => {
+    const inst = await createConnectedInstance(t.admin, '5511900000003', { name: 'Paused, then killed' });
+    // What a kill -9 right after the disconnect's first write leaves: paused, yet still `connected`.
+    await t.server.platform.db('instances').where({ id: inst.id }).update({ paused: true });
+    await t.restart();
+    const back = (await t.admin.get(`/api/instances/${inst.id}`)).body;
+    assert.deepEqual([back.state, back.connected, back.paused], ['stopped', false, true]);
+    const [last] = await eventsOf(t.admin, inst.id, 'connection.update');
+    assert.deepEqual([last.data.previousState, last.data.state, last.data.reason], ['connected', 'stopped', 'paused']);
+  });
+});

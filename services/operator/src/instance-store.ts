@@ -27,8 +27,9 @@ export interface DesiredInstance {
 
 /** States only a running session records: a record left in one by a dead session is stale. */
 const LIVE_STATES = new Set(['connected', 'awaiting_scan']);
-/** A record that says a session is up: one no session holds was left so by a dead one. */
-const claimsLiveSession = (r: { state: string; paused: boolean }) => !r.paused && LIVE_STATES.has(r.state);
+/** A record that says a session is up (or, paused, that it has not stopped yet): one no session
+ *  holds was left so by a dead one — killed while it ran, or while it stopped for a pause. */
+const claimsLiveSession = (r: { state: string; paused: boolean }) => (r.paused ? r.state !== 'stopped' : LIVE_STATES.has(r.state));
 
 export class InstanceStore {
   constructor(
@@ -125,13 +126,16 @@ export class InstanceStore {
   }
 
   /** Records that the session of an instance is gone (`reconnecting` when it was connected,
-   *  `starting` when it waited for a scan: its QR died with it), reason `session_lost` — if no
-   *  session holds the instance (checked under its owner lock, so none takes it meanwhile) and the
-   *  record still says one is up. True when recorded. */
+   *  `starting` when it waited for a scan: its QR died with it), reason `session_lost`; a paused
+   *  one `stopped`, reason `paused`, as its session would have — if no session holds the instance
+   *  (checked under its owner lock, so none takes it meanwhile) and the record still says one is
+   *  up. True when recorded. */
   async recordSessionLost(id: string): Promise<boolean> {
-    return recordStateIfUnheld(this.db, id, (row) =>
-      !claimsLiveSession(row) ? null : { state: row.state === 'connected' ? 'reconnecting' : 'starting', reason: 'session_lost' },
-    );
+    return recordStateIfUnheld(this.db, id, (row) => {
+      if (!claimsLiveSession(row)) return null;
+      if (row.paused) return { state: 'stopped', reason: 'paused' };
+      return { state: row.state === 'connected' ? 'reconnecting' : 'starting', reason: 'session_lost' };
+    });
   }
 
   /** Tells the session that stops next to unlink the device from the phone: its instance is being

@@ -623,16 +623,18 @@ describe('operator: changes no watch event of the resource itself announces', fu
     await eventually(() => assert.equal(secretToken(), renewed.token), 3000);
   });
 
-  it('records the session of a record left connected by a dead session process as lost, not one a session holds', async () => {
-    const record = (id: string, state: string) => ({ id, name: id, paused: false, state, phone: state === 'connected' ? '5511900005555' : null, token_hash: t.crypto.hashToken(id), token_sealed: t.crypto.seal(id) });
-    await t.db('instances').insert([record('inst-dead', 'connected'), record('inst-dead-qr', 'awaiting_scan'), record('inst-alive', 'connected')]);
+  it('records the session of a record left connected by a dead session process as lost (stopped when paused), not one a session holds', async () => {
+    const record = (id: string, state: string, paused = false) => ({ id, name: id, paused, state, phone: state === 'connected' ? '5511900005555' : null, token_hash: t.crypto.hashToken(id), token_sealed: t.crypto.seal(id) });
+    // inst-dead-paused: its session was killed while it stopped for a pause, before it recorded `stopped`.
+    await t.db('instances').insert([record('inst-dead', 'connected'), record('inst-dead-qr', 'awaiting_scan'), record('inst-alive', 'connected'), record('inst-dead-paused', 'connected', true)]);
     const alive = ownerLockFor(t.db, 'inst-alive', () => undefined);
     assert.equal(await alive.tryAcquire(), true);
     try {
       const stateOf = async (id: string) => (await t.db('instances').where({ id }).first('state')).state;
-      await eventually(async () => assert.deepEqual([await stateOf('inst-dead'), await stateOf('inst-dead-qr')], ['reconnecting', 'starting']), 5000);
-      const lost = await t.db('events').where({ instance_id: 'inst-dead', type: 'connection.update' }).orderBy('created_at', 'desc').first('body');
-      assert.deepEqual(JSON.parse(lost.body).data, { state: 'reconnecting', previousState: 'connected', phone: '5511900005555', reason: 'session_lost' });
+      await eventually(async () => assert.deepEqual([await stateOf('inst-dead'), await stateOf('inst-dead-qr'), await stateOf('inst-dead-paused')], ['reconnecting', 'starting', 'stopped']), 5000);
+      const lastUpdate = async (id: string) => JSON.parse((await t.db('events').where({ instance_id: id, type: 'connection.update' }).orderBy('created_at', 'desc').first('body')).body).data;
+      assert.deepEqual(await lastUpdate('inst-dead'), { state: 'reconnecting', previousState: 'connected', phone: '5511900005555', reason: 'session_lost' });
+      assert.deepEqual(await lastUpdate('inst-dead-paused'), { state: 'stopped', previousState: 'connected', phone: '5511900005555', reason: 'paused' });
       await new Promise((resolve) => setTimeout(resolve, 800)); // longer than sessionLostAfterMs
       assert.equal(await stateOf('inst-alive'), 'connected', 'a session holds it');
     } finally {

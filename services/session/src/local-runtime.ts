@@ -18,6 +18,10 @@ export class LocalSessionRuntime implements SessionRuntime {
   /** Starts a worker for every instance that is not paused (server start), as cluster mode runs a
    *  session for each: connected ones reconnect without a scan, the others wait for one. */
   async resumeAll(): Promise<void> {
+    // A process killed while it stopped an instance for a pause left its record paused in the
+    // state it had (`connected`, say): no session runs it now, so it is stopped.
+    const unstopped = (await this.opts.db('instances').where({ paused: true }).whereNot({ state: 'stopped' }).pluck('id')) as string[];
+    for (const id of unstopped) await this.recordStopped(id);
     const ids = (await this.opts.db('instances').where({ paused: false }).pluck('id')) as string[];
     for (const id of ids) await this.resume(id);
   }
