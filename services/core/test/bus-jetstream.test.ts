@@ -102,6 +102,25 @@ describe('JetStreamBus', () => {
     }
   });
 
+  it('recreates a deleted stream on publish when nothing consumes it (every session waiting for a scan)', async () => {
+    const ns = testNamespace();
+    let publisher: JetStreamBus | undefined;
+    try {
+      publisher = await JetStreamBus.open({ natsUrl: NATS_URL, namespace: ns, log, publishRetryMs: 5_000 });
+      await deleteNamespaceStreams(NATS_URL, ns);
+      await publisher.publish(subjects.command('i1'), text('c1'), { msgId: 'c1' });
+      assert.equal(await publisher.pending('commands', 'none-yet').catch(() => 'no consumer'), 'no consumer');
+      const got: string[] = [];
+      await publisher.consume({ stream: 'commands', filter: 'cmd.i1', durable: 'session-i1' }, async (m) => {
+        got.push(str(m.data));
+      });
+      await waitFor(() => got.length === 1, 'the command published to the recreated stream');
+    } finally {
+      await publisher?.close();
+      await deleteNamespaceStreams(NATS_URL, ns);
+    }
+  });
+
   it('does not redeliver a message whose handler outlives the ack wait but is still running', async () => {
     bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace, log });
     const inst = `slow${Date.now()}`;

@@ -72,6 +72,9 @@ const RPC_CODE = 'Rpc-Error-Code';
 
 /** Errors worth retrying a publish for: the server is restarting, JetStream is not ready yet. */
 const TRANSIENT_ERRORS = new Set(['TimeoutError', 'RequestError', 'NoResponders', 'JetStreamNotEnabled', 'ConnectionError']);
+/** A publish nobody answered: the stream may have been deleted (its consumers recreate it, but a
+ *  stream nothing consumes now — every session waiting for a scan — needs the publisher to). */
+const STREAM_MISSING = new Set(['NoResponders', 'JetStreamNotEnabled']);
 
 export class JetStreamBus implements Bus {
   private readonly names: NatsNames;
@@ -133,7 +136,7 @@ export class JetStreamBus implements Bus {
       } catch (err) {
         if (!isTransient(err) || Date.now() >= retryUntil || this.closed) throw err;
         // No responder on a stream subject may also mean the stream was deleted: recreate it.
-        if ((err as Error).name === 'JetStreamNotEnabled') await this.ensureStream(stream).catch(() => undefined);
+        if (STREAM_MISSING.has((err as Error).name)) await this.ensureStream(stream).catch(() => undefined);
         await sleep(Math.min(100 * 2 ** attempt, 1000));
       }
     }
