@@ -109,7 +109,6 @@ describe('JetStreamBus', () => {
       publisher = await JetStreamBus.open({ natsUrl: NATS_URL, namespace: ns, log, publishRetryMs: 5_000 });
       await deleteNamespaceStreams(NATS_URL, ns);
       await publisher.publish(subjects.command('i1'), text('c1'), { msgId: 'c1' });
-      assert.equal(await publisher.pending('commands', 'none-yet').catch(() => 'no consumer'), 'no consumer');
       const got: string[] = [];
       await publisher.consume({ stream: 'commands', filter: 'cmd.i1', durable: 'session-i1' }, async (m) => {
         got.push(str(m.data));
