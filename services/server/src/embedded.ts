@@ -22,6 +22,9 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const platform = await openPlatform(config, { service: 'switchboard', generateMissingKeys: true, migrate: true, log: opts.log });
   const { db, bus, media, crypto, log } = platform;
   const relay = new OutboxRelay(db, bus, log);
+  // The in-process bus starts empty: the commands of sends queued before the restart go first, in
+  // the order they were accepted, so a send never overtakes an older one of its instance.
+  if (!config.natsUrl) await requeueQueuedCommands(db, { replaceOutboxCommands: true });
   relay.start();
   const archive = mediaArchive({ db, store: media, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds });
   const driverFactory = await driverFactoryFor(config, { db, log });
@@ -31,9 +34,6 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
-  // The in-process bus starts empty: the commands of sends queued before the restart go first, so
-  // a send accepted once the API listens never overtakes an older one of its instance.
-  if (!config.natsUrl && (await requeueQueuedCommands(db))) relay.kick();
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
   await runtime.resumeAll();
