@@ -44,6 +44,22 @@ describe('MemoryBus', () => {
     await bus.close();
   });
 
+  it('keeps, beyond maxEventMessages, every event a durable consumer has not taken yet', async () => {
+    const bus = new MemoryBus({ log, maxEventMessages: 2 });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const got: string[] = [];
+    await bus.consume({ stream: 'events', filter: 'evt.>', durable: 'dispatcher', maxAckPending: 1 }, async (m) => {
+      got.push(new TextDecoder().decode(m.data));
+      await held; // a dispatcher far behind
+    });
+    for (let i = 1; i <= 8; i++) await bus.publish('evt.i.x', new TextEncoder().encode(String(i)));
+    release();
+    await waitFor(() => got.length === 8, 'every event');
+    assert.deepEqual(got, ['1', '2', '3', '4', '5', '6', '7', '8']);
+    await bus.close();
+  });
+
   it('drops the oldest events beyond maxEventMessages', async () => {
     const bus = new MemoryBus({ log, maxEventMessages: 2 });
     for (const body of ['1', '2', '3']) await bus.publish('evt.i.x', new TextEncoder().encode(body));

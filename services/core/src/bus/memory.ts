@@ -31,7 +31,8 @@ export interface MemoryBusOptions {
   log: Logger;
   /** Clock, replaceable in tests of age limits. */
   now?: () => number;
-  /** The events stream drops its oldest messages beyond this count (memory bound; JetStream keeps them on disk). */
+  /** The events stream drops its oldest messages beyond this count (memory bound; JetStream keeps
+   *  them on disk) — only those every durable consumer has taken: a lagging one loses none. */
   maxEventMessages?: number;
 }
 
@@ -55,6 +56,8 @@ class MemoryStream {
     private readonly maxAgeMs: number,
     private readonly maxMessages: number,
     private readonly now: () => number,
+    /** The lowest sequence a durable consumer of this stream still needs. */
+    private readonly neededFrom: () => number = () => Number.POSITIVE_INFINITY,
   ) {}
 
   /** Stores a message; false when its msgId was already seen inside the duplicate window. */
@@ -67,7 +70,7 @@ class MemoryStream {
     }
     const headers = { ...(opts.headers ?? {}) };
     this.messages.push({ seq: ++this.lastSeq, subject, data: data.slice(), headers, msgId: opts.msgId, storedAt: now });
-    if (this.messages.length > this.maxMessages) this.messages.shift();
+    if (this.messages.length > this.maxMessages && this.messages[0].seq < this.neededFrom()) this.messages.shift();
     return true;
   }
 
@@ -169,8 +172,18 @@ export class MemoryBus implements Bus {
     this.log = opts.log;
     this.streams = {
       commands: new MemoryStream(true, busDefaults.commandsMaxAgeMs, Number.POSITIVE_INFINITY, now),
-      events: new MemoryStream(false, busDefaults.eventsMaxAgeMs, opts.maxEventMessages ?? 100_000, now),
+      events: new MemoryStream(false, busDefaults.eventsMaxAgeMs, opts.maxEventMessages ?? 100_000, now, () => this.neededFrom('events')),
     };
+  }
+
+  /** The lowest sequence a durable of the stream has not taken, or taken and not acknowledged. */
+  private neededFrom(stream: StreamName): number {
+    let lowest = Number.POSITIVE_INFINITY;
+    for (const [key, durable] of this.durables) {
+      if (!key.startsWith(`${stream}/`)) continue;
+      lowest = Math.min(lowest, durable.nextSeq, ...durable.unacked.keys(), ...durable.dueForRedelivery);
+    }
+    return lowest;
   }
 
   /** Publishes inside a producer span whose traceparent rides in the message headers. */
