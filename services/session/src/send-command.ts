@@ -18,6 +18,7 @@ import {
   SpanKind,
 } from '@switchboard/core';
 import type { MediaArchive } from './media-archive.ts';
+import { retryWhileFailing } from './retry-while-failing.ts';
 import { isExpired, markExpired, markFailed, markSending, markSent, markUncertain, payloadOf, type SendItemRow } from './send-items.ts';
 
 export interface SendCommandDeps {
@@ -119,18 +120,11 @@ export class SendCommandHandler {
    *  record it is asked again (for a few minutes) rather than have the item reported uncertain.
    *  Should it stay down longer, the item stays `sending`, and the session's next start reports it
    *  uncertain. */
-  private async recordSent(item: SendItemRow): Promise<void> {
-    const giveUpAt = Date.now() + (this.deps.recordRetryMs ?? 180_000);
-    for (let delayMs = 100; ; delayMs = Math.min(delayMs * 2, 5000)) {
-      try {
-        await this.record((trx) => markSent(trx, item));
-        return;
-      } catch (err) {
-        if (Date.now() + delayMs > giveUpAt) throw err;
-        this.deps.log.warn({ itemId: item.id, err: String(err), retryInMs: delayMs }, 'send: the network took the message but recording it failed; retrying');
-        await new Promise((resolve) => setTimeout(resolve, delayMs));
-      }
-    }
+  private recordSent(item: SendItemRow): Promise<void> {
+    return retryWhileFailing(() => this.record((trx) => markSent(trx, item)), {
+      forMs: this.deps.recordRetryMs ?? 180_000,
+      onRetry: (err, retryInMs) => this.deps.log.warn({ itemId: item.id, err: String(err), retryInMs }, 'send: the network took the message but recording it failed; retrying'),
+    });
   }
 
   /** queued → sending under a row lock, so a cancel or the sweeper cannot slip in between. Nothing

@@ -47,6 +47,7 @@ import { ForwardOnlyReceipts, receiptsFromUpdates, receiptsFromUserReceipts } fr
 import { SentMessages } from './sent-messages.ts';
 import { TtlCache } from './ttl-cache.ts';
 import { SerialQueue } from './serial.ts';
+import { retryWhileFailing } from '../../retry-while-failing.ts';
 import { realSocketFactory, type BaileysSocket, type SocketFactory } from './socket.ts';
 
 export interface BaileysDriverOptions {
@@ -446,18 +447,12 @@ export class BaileysDriver implements NetworkDriver {
    *  database that cannot be reached for a moment (a restart, a failover) is waited for, in order,
    *  rather than the message lost. Any other fault is logged, and the next message goes on. */
   private async takeReceived(sock: BaileysSocket, msg: WAMessage): Promise<void> {
-    const giveUpAt = Date.now() + (this.opts.recordRetryMs ?? RECORD_RETRY_MS);
-    for (let delayMs = 200; ; delayMs = Math.min(delayMs * 2, 5_000)) {
-      try {
-        await this.onLiveMessage(sock, msg);
-        return;
-      } catch (error) {
-        const fields = { err: errorSummary(error), messageId: msg.key?.id };
-        if (!isDatabaseUnavailable(error) || Date.now() + delayMs > giveUpAt) return void this.log.error(fields, 'could not process a received message');
-        this.log.warn({ ...fields, retryInMs: delayMs }, 'the database is not reachable; recording the received message again');
-        await new Promise((resolve) => setTimeout(resolve, delayMs));
-      }
-    }
+    const messageId = msg.key?.id;
+    await retryWhileFailing(() => this.onLiveMessage(sock, msg), {
+      forMs: this.opts.recordRetryMs ?? RECORD_RETRY_MS,
+      worthRetrying: isDatabaseUnavailable,
+      onRetry: (error, retryInMs) => this.log.warn({ err: errorSummary(error), messageId, retryInMs }, 'the database is not reachable; recording the received message again'),
+    }).catch((error) => this.log.error({ err: errorSummary(error), messageId }, 'could not process a received message'));
   }
 
   private async onLiveMessage(sock: BaileysSocket, msg: WAMessage): Promise<void> {
