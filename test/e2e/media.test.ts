@@ -188,6 +188,23 @@ describe('media end to end', function () {
     assert.deepEqual(ev.data.media, list.a.media);
   });
 
+  it('keeps no file of a media send answered from an earlier operation or refused', async () => {
+    const queued = (await t.admin.post('/api/instances', { name: 'Never connected' })).body; // its sends wait
+    const send = (key: string, caption: string) =>
+      t.client(queued.apiToken).post(`/api/instances/${queued.id}/messages`, { phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', caption }, { 'idempotency-key': key });
+    // Retries racing the first request: each stores its file before the key is known to be used.
+    const retries = await Promise.all(Array.from({ length: 6 }, () => send('photo-1', 'same')));
+    assert.deepEqual(new Set(retries.map((r) => r.status)), new Set([202]));
+    assert.equal(new Set(retries.map((r) => r.body.id)).size, 1);
+    // The same key with other content at once: one is taken, the others are 409.
+    const rivals = await Promise.all(['a', 'b', 'c', 'd'].map((caption) => send('photo-2', caption)));
+    assert.deepEqual(rivals.map((r) => r.status).sort(), [202, 409, 409, 409]);
+    const db = t.server.platform.db;
+    const stored = (await db('media').where({ instance_id: queued.id }).pluck('id')) as string[];
+    const referenced = (await db('send_items').where({ instance_id: queued.id }).select('payload')).map((r: { payload: { mediaId: string } }) => r.payload.mediaId);
+    assert.deepEqual(stored.sort(), referenced.sort(), 'every stored file belongs to an item');
+  });
+
   it('reports media in diagnostics', async () => {
     const diag = await t.admin.get('/api/diagnostics');
     assert.ok(diag.body.media.count > 0);

@@ -6,6 +6,7 @@ export { NatsMediaStore, natsMediaBucketName, DEFAULT_MEDIA_TTL_MS, type NatsMed
 export { openMediaStore, type OpenMediaStoreOptions } from './open.ts';
 export {
   storeMedia,
+  discardMedia,
   getMediaRecord,
   readMedia,
   mediaLink,

@@ -73,6 +73,15 @@ export async function storeMedia(db: Db, store: MediaStore, m: NewMedia): Promis
   }
 }
 
+/** Removes a file stored for a request that then stored nothing referring to it (a send refused
+ *  or answered from an earlier operation). Deleting the row queues its blob for the purge drain
+ *  (migration 011); the blob goes now, and its queue entry with it — or stays for the drain. */
+export async function discardMedia(db: Db, store: MediaStore, mediaId: string): Promise<void> {
+  await db('media').where({ id: mediaId }).delete();
+  await store.delete(mediaId);
+  await db('media_purge').where({ media_id: mediaId }).delete();
+}
+
 /** Column widths count characters (code points): a cut never splits a surrogate pair. Names from
  *  the network can be longer than the API allows. */
 function codePoints(text: string, max: number): string {

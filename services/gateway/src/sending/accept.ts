@@ -3,6 +3,7 @@
 // statement under load) while the database enforces the queue limit. The relay publishes it.
 import { createHash } from 'node:crypto';
 import {
+  discardMedia,
   newId,
   newMessengerId,
   Problem,
@@ -65,6 +66,25 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
   const decoded = checkMedia(req);
   if (refusal) throw refusal;
   const media = decoded && (await storeSendMedia(deps, instanceId, req, decoded));
+  try {
+    const accepted = await writeItem(deps, instanceId, req, idempotencyKey, contentHash, media);
+    if (media && accepted.reused) await discardUnused(deps, media.id);
+    return accepted;
+  } catch (err) {
+    // Only a refusal says no item was written; after a database fault one may have been.
+    if (media && err instanceof Problem) await discardUnused(deps, media.id);
+    throw err;
+  }
+}
+
+/** A file stored for a send that no item refers to: refused (queue full, a key's other content),
+ *  or answered from the operation an earlier request started. */
+async function discardUnused(deps: GatewayDeps, mediaId: string): Promise<void> {
+  await discardMedia(deps.db, deps.media, mediaId).catch((err: unknown) => deps.log.warn({ mediaId, err: String(err) }, 'send: an unused media file could not be removed now; retention removes it'));
+}
+
+/** The queue item (and its outbox row); a used key answers from its operation, or 409. */
+async function writeItem(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, contentHash: string | null, media: { id: string; mimetype: string; seconds?: number } | undefined): Promise<Accepted> {
   const item: NewSendItem = {
     id: newId('msg'),
     instance_id: instanceId,
