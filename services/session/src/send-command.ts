@@ -34,9 +34,10 @@ export interface SendCommandDeps {
   eventsRecorded(): void;
   /** The instance was found paused while this session still consumes: a stop it did not hear of. */
   pausedMeanwhile(): void;
-  /** How long recording a send the network took is retried (default 3 minutes). */
-  recordRetryMs?: number;
 }
+
+/** How long recording a send the network took is retried. */
+const RECORD_SENT_RETRY_MS = 180_000;
 
 export class NotConnectedError extends Error {
   constructor() {
@@ -122,7 +123,7 @@ export class SendCommandHandler {
    *  uncertain. */
   private recordSent(item: SendItemRow): Promise<void> {
     return retryWhileFailing(() => this.record((trx) => markSent(trx, item)), {
-      forMs: this.deps.recordRetryMs ?? 180_000,
+      forMs: RECORD_SENT_RETRY_MS,
       onRetry: (err, retryInMs) => this.deps.log.warn({ itemId: item.id, err: String(err), retryInMs }, 'send: the network took the message but recording it failed; retrying'),
     });
   }
@@ -140,8 +141,8 @@ export class SendCommandHandler {
         .first('send_items.status', 'instances.paused');
       if (!row || row.status !== 'queued') return false;
       if (row.paused) return 'paused';
-      if (isExpired(item)) return (await markExpired(trx, item)) && 'expired';
-      return markSending(trx, item);
+      if (!isExpired(item)) return markSending(trx, item);
+      return (await markExpired(trx, item)) ? 'expired' : false;
     });
     if (claimed === 'expired') this.deps.eventsRecorded();
     if (claimed !== 'paused') return claimed === true;

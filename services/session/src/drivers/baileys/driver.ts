@@ -78,8 +78,6 @@ export interface BaileysDriverOptions {
   stillOwner?: (instanceId: string) => Promise<boolean>;
   /** Baileys' own log level; its debug output can contain key material, so keep it at warn. */
   baileysLogLevel?: string;
-  /** How long a received message waits for an unreachable database (2 minutes). */
-  recordRetryMs?: number;
 }
 
 /** How long a socket can wait for a pairing: Baileys shows the first of the refs WhatsApp hands
@@ -449,7 +447,7 @@ export class BaileysDriver implements NetworkDriver {
   private async takeReceived(sock: BaileysSocket, msg: WAMessage): Promise<void> {
     const messageId = msg.key?.id;
     await retryWhileFailing(() => this.onLiveMessage(sock, msg), {
-      forMs: this.opts.recordRetryMs ?? RECORD_RETRY_MS,
+      forMs: RECORD_RETRY_MS,
       worthRetrying: isDatabaseUnavailable,
       onRetry: (error, retryInMs) => this.log.warn({ err: errorSummary(error), messageId, retryInMs }, 'the database is not reachable; recording the received message again'),
     }).catch((error) => this.log.error({ err: errorSummary(error), messageId }, 'could not process a received message'));
