@@ -42,6 +42,13 @@ describe('media durations (mediaSeconds) and ffmpeg slots', function () {
     assert.equal(await mediaSeconds(makeWav(1, 8000, 1), { ffmpegPath: join(dir, 'no-such-ffmpeg') }), undefined, 'no ffmpeg');
   });
 
+  it('tells nothing of a playlist naming a local audio file (it is not read)', async () => {
+    const local = join(dir, 'local.mp3');
+    await run(await resolveFfmpegPath(), ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'sine=duration=5', '-c:a', 'libmp3lame', local]);
+    assert.equal(await mediaSeconds(await readFile(local)), 5, 'the file itself has a playing time');
+    assert.equal(await mediaSeconds(Buffer.from(`#EXTM3U\n#EXT-X-TARGETDURATION:5\n#EXTINF:5,\n${local}\n#EXT-X-ENDLIST\n`)), undefined);
+  });
+
   it('parses the duration ffmpeg prints', () => {
     assert.equal(durationSeconds('  Duration: 01:02:03.60, start: 0.000000, bitrate: 63 kb/s'), 3724);
     assert.equal(durationSeconds('  Duration: N/A, bitrate: N/A'), undefined);

@@ -83,6 +83,32 @@ describe('voice notes (convertToVoiceNote)', function () {
     assert.equal(note.seconds, 1);
   });
 
+  it('converts audio in the other common containers (M4A, ADTS AAC, FLAC, WebM, Matroska, Ogg Vorbis, AIFF, CAF, WMA, AVI, MPEG-TS, WavPack)', async () => {
+    for (const [ext, codec] of [['m4a', 'aac'], ['aac', 'aac'], ['flac', 'flac'], ['webm', 'libopus'], ['mkv', 'libvorbis'], ['ogg', 'libvorbis'], ['aiff', 'pcm_s16be'], ['caf', 'pcm_s16le'], ['wma', 'wmav2'], ['avi', 'libmp3lame'], ['ts', 'mp2'], ['wv', 'wavpack']]) {
+      const file = join(dir, `tone.${ext}`);
+      await run(ffmpeg, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'sine=duration=2', '-ar', '48000', '-c:a', codec, file]);
+      const note = await convertToVoiceNote(await readFile(file));
+      assertVoiceNote(await probe(note.bytes));
+      assert.equal(note.seconds, 2, ext);
+    }
+  });
+
+  it('refuses a playlist naming a local audio file (422), with the system ffmpeg and the bundled one', async () => {
+    const secret = join(dir, 'someone-elses.mp3');
+    await run(ffmpeg, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'sine=duration=2', '-c:a', 'libmp3lame', secret]);
+    const playlists = [secret, `file:${secret}`].map((segment) => Buffer.from(`#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:2,\n${segment}\n#EXT-X-ENDLIST\n`));
+    for (const ffmpegPath of [ffmpeg, await resolveFfmpegPath('')]) {
+      for (const playlist of playlists) {
+        await assert.rejects(convertToVoiceNote(playlist, { ffmpegPath }), (err: unknown) => {
+          assert.ok(err instanceof Problem, String(err));
+          assert.equal(err.status, 422);
+          assert.equal(err.code, 'media_conversion_failed');
+          return true;
+        }, `${ffmpegPath}: ${playlist.toString()}`);
+      }
+    }
+  });
+
   for (const [label, bytes] of [
     ['garbage bytes', Buffer.from('this is not audio at all, just some text '.repeat(50))],
     ['a file without an audio stream (PNG image)', Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64')],

@@ -1,7 +1,7 @@
 // The playing time of an audio or video file a client sends, so the recipient sees it before
 // downloading (WhatsApp shows the `seconds` of the message) and our records carry it. Best
 // effort: a file ffmpeg cannot read still goes out, without a duration, as it did before.
-import { INPUT_FILE_ONLY, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
+import { SELF_CONTAINED_INPUT, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 // Generous: the input's metadata tags are printed before its duration.
@@ -14,7 +14,7 @@ export async function mediaSeconds(bytes: Uint8Array, opts: FfmpegOptions = {}):
     const ffmpeg = opts.ffmpegPath ?? (await resolveFfmpegPath());
     // Without an output ffmpeg only describes its input (and exits with 1, which is expected).
     const run = await withInputFile(bytes, (input) =>
-      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', ...INPUT_FILE_ONLY, '-i', input], { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, stderrLimit: PROBE_OUTPUT_LIMIT, slots: opts.slots }),
+      runFfmpeg(ffmpeg, ['-hide_banner', '-nostdin', ...SELF_CONTAINED_INPUT, '-i', input], { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, stderrLimit: PROBE_OUTPUT_LIMIT, slots: opts.slots }),
     );
     return run.timedOut ? undefined : durationSeconds(run.stderr);
   } catch {

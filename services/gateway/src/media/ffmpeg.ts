@@ -7,10 +7,19 @@ import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 
-/** Input options: the file may open nothing but files. A client's file can be a playlist that
- *  names URLs; the ffmpeg builds we ship refuse to follow them from a file, and this keeps it so
- *  whatever binary is installed (no requests from inside the cluster on a client's behalf). */
-export const INPUT_FILE_ONLY = ['-protocol_whitelist', 'file'];
+/** The demuxers a client's file may be read with: audio and video containers that hold their
+ *  media themselves. Playlists and scripts (HLS, concat, image sequences…) are refused, since
+ *  they name other files: an HLS playlist could otherwise have a local file with a media
+ *  extension converted into a voice note and sent to its author. Names as ffmpeg lists them. */
+const CONTAINED_MEDIA_DEMUXERS = [
+  'mov,mp4,m4a,3gp,3g2,mj2', 'matroska,webm', 'ogg', 'mp3', 'aac', 'flac', 'wav', 'w64', 'aiff',
+  'caf', 'amr', 'amrnb', 'amrwb', 'asf', 'avi', 'flv', 'mpeg', 'mpegts', 'wv', 'ape', 'ac3', 'eac3',
+].join(',');
+
+/** Input options: the file may open nothing but files, and only be read as a self-contained
+ *  audio or video container. No requests from inside the cluster on a client's behalf, and no
+ *  local file but the client's own, whatever ffmpeg build is installed. */
+export const SELF_CONTAINED_INPUT = ['-protocol_whitelist', 'file', '-format_whitelist', CONTAINED_MEDIA_DEMUXERS];
 
 /** At most `limit` ffmpeg processes at once; the rest wait their turn. A burst of voice notes
  *  would otherwise start one CPU-bound conversion per request and starve the event loop's host. */

@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Problem } from '@switchboard/core';
-import { INPUT_FILE_ONLY, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
+import { SELF_CONTAINED_INPUT, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
 import { wholeSeconds } from './duration.ts';
 
 export type VoiceNoteOptions = FfmpegOptions;
@@ -34,7 +34,7 @@ export async function convertToVoiceNote(bytes: Uint8Array, opts: VoiceNoteOptio
 function opusArguments(input: string, output: string): string[] {
   return [
     '-hide_banner', '-nostdin', '-loglevel', 'error', '-y',
-    ...INPUT_FILE_ONLY,
+    ...SELF_CONTAINED_INPUT,
     '-i', input,
     '-map', '0:a:0', // the first audio stream; fails when there is none
     '-map_metadata', '-1',
