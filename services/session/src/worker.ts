@@ -30,6 +30,8 @@ import { SettingsCache } from './settings-cache.ts';
 /** Queued items are published again once they are this close to the commands stream's max age
  *  (before the stream can have dropped their command; a repeat is harmless). */
 const COMMAND_AGE_MARGIN_MS = 3_600_000;
+/** The longest wait before another start after starts that failed (they double from lockRetryMs). */
+const MAX_START_RETRY_MS = 30_000;
 
 export interface SessionWorkerOptions {
   instanceId: string;
@@ -41,7 +43,7 @@ export interface SessionWorkerOptions {
   media: MediaArchive;
   driverFactory: DriverFactory;
   log: Logger;
-  /** Wait between attempts to take the owner lock. */
+  /** Wait between attempts to take the owner lock, and after a first start that failed. */
   lockRetryMs?: number;
   mediaDownloadTimeoutMs?: number;
   /** How often a connected session re-reads its settings in the background. */
@@ -77,6 +79,8 @@ export class SessionWorker {
   private oldItemsTimer: NodeJS.Timeout | undefined;
   private running = false;
   private owning = false;
+  /** Starts in a row that failed after taking the lock (the next one waits longer). */
+  private failedStarts = 0;
 
   constructor(private readonly opts: SessionWorkerOptions) {
     this.instanceId = opts.instanceId;
@@ -199,11 +203,7 @@ export class SessionWorker {
       if (acquired) await this.lock.release();
       return;
     }
-    if (!acquired) {
-      this.lockTimer = setTimeout(() => void this.tryTakeOwnership(), this.opts.lockRetryMs ?? 2000);
-      this.lockTimer.unref();
-      return;
-    }
+    if (!acquired) return this.retryOwnership(this.lockRetryMs);
     this.owning = true;
     this.startingUp = this.startUp();
     await this.startingUp;
@@ -220,12 +220,24 @@ export class SessionWorker {
       // After a crash or restart the record still says what the last process left (`connected`):
       // the event says why the state went back to `starting`.
       await this.connectNewDriver('session_started');
+      this.failedStarts = 0;
     } catch (err) {
-      this.log.error({ err: String(err) }, 'session: start failed, retrying');
+      // Each start re-publishes the backlog's commands: a start that keeps failing backs off.
+      this.failedStarts++;
+      const retryMs = Math.min(this.lockRetryMs * 2 ** (this.failedStarts - 1), MAX_START_RETRY_MS);
+      this.log.error({ err: String(err), failedStarts: this.failedStarts, retryMs }, 'session: start failed, retrying');
       await this.closeSession();
-      this.lockTimer = setTimeout(() => void this.tryTakeOwnership(), this.opts.lockRetryMs ?? 2000);
-      this.lockTimer.unref();
+      this.retryOwnership(retryMs);
     }
+  }
+
+  private get lockRetryMs(): number {
+    return this.opts.lockRetryMs ?? 2000;
+  }
+
+  private retryOwnership(afterMs: number): void {
+    this.lockTimer = setTimeout(() => void this.tryTakeOwnership(), afterMs);
+    this.lockTimer.unref();
   }
 
   private lockLost(err: Error): void {
