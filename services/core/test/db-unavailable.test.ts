@@ -43,6 +43,35 @@ describe('isDatabaseUnavailable', () => {
     }
   });
 
+  it('knows a statement cancelled by a statement_timeout or a lock_timeout (it may pass a moment later)', async () => {
+    const created = await createTestDatabase();
+    const db = knexFactory({ client: 'pg', connection: created.url, pool: { min: 0, max: 2 }, log: quiet });
+    try {
+      const timedOut = (await failureOf(db.transaction(async (trx) => {
+        await trx.raw(`set local statement_timeout = '50ms'`);
+        await trx.raw('select pg_sleep(1)');
+      }))) as { code?: string };
+      assert.equal(timedOut.code, '57014');
+      assert.ok(isDatabaseUnavailable(timedOut), String(timedOut));
+      await db.raw('create table held (id int)');
+      const holder = await db.transaction();
+      try {
+        await holder.raw('lock table held in access exclusive mode');
+        const locked = (await failureOf(db.transaction(async (trx) => {
+          await trx.raw(`set local lock_timeout = '50ms'`);
+          await trx.raw('select * from held');
+        }))) as { code?: string };
+        assert.equal(locked.code, '55P03');
+        assert.ok(isDatabaseUnavailable(locked), String(locked));
+      } finally {
+        await holder.rollback();
+      }
+    } finally {
+      await db.destroy();
+      await created.drop();
+    }
+  });
+
   it('knows a connection that dropped mid-statement without a word (a server crash), as knex reports it', async () => {
     const created = await createTestDatabase();
     const relay = await startTcpRelay(new URL(created.url));

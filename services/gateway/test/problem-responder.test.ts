@@ -86,6 +86,14 @@ describe('problemResponder', () => {
     assert.ok(!JSON.stringify(lines).includes('admin'), 'the key, as written, JSON-escaped or percent-encoded in the path');
   });
 
+  it('logs the path of a failed request decoded where a credential was percent-encoded in it', async () => {
+    const token = 'sbi_Ch4BB_F2Gwyz57eTr5g-5C11IUx9XzI7';
+    assert.equal((await get(`/fail/${token.replace('_', '%5F')}`)).status, 500);
+    assert.equal(lines.length, 1);
+    assert.ok(!JSON.stringify(lines).includes(token.slice(4)), JSON.stringify(lines[0]));
+    assert.equal((lines[0] as { path?: string }).path, '/fail/sbi_[redacted]');
+  });
+
   it('replaces only secrets long enough not to match a number or a field name', () => {
     const out: string[] = [];
     const log = createLogger({ secrets: ['12', 'status'], destination: new Writable({ write: (chunk, _enc, done) => (out.push(String(chunk)), done()) }) });

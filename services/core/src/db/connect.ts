@@ -68,8 +68,11 @@ export function isForeignKeyViolation(err: unknown): boolean {
 /** Socket errors of a connection to the database server. */
 const CONNECTION_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
 /** SQLSTATE classes and codes of a server that is down, starting, stopping or full: 08 connection
- *  exception, 57P01–57P03 shutdown and start-up, 53300 too many connections. */
-const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
+ *  exception, 57P01–57P03 shutdown and start-up, 53300 too many connections; and of a statement
+ *  that could not be served in time or was chosen to give way, which the same statement may pass
+ *  a moment later: 57014 cancelled (a statement_timeout an administrator set, a cancel),
+ *  55P03 lock_timeout, 40P01 deadlock victim, 40001 serialization failure. */
+const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300', '57014', '55P03', '40P01', '40001']);
 
 /** Whether a failure means the database cannot be reached now (a restart, a failover, a full pool),
  *  not that the statement was wrong: worth a 503 and a retry, not a 500. */

@@ -8,6 +8,7 @@
 // spared its modules, about 16 MiB of memory in every session process.
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { Instrumentation } from '@opentelemetry/instrumentation';
+import type { Attributes, Span } from '@opentelemetry/api';
 import { ConfigError } from '../config.ts';
 
 export interface TelemetryOptions {
@@ -138,11 +139,12 @@ async function autoInstrumentations(): Promise<Instrumentation[]> {
       // signed media link's signature, a token put in a path), and whether it got to patch the
       // server would depend on the order modules load in; so it traces outgoing requests only.
       disableIncomingRequestInstrumentation: true,
+      requestHook: (span) => redactQueryValues(span),
     },
     '@opentelemetry/instrumentation-pg': { enhancedDatabaseReporting: false },
     // A webhook attempt is already our own CLIENT span and sets the traceparent the receiver sees;
     // a second (undici) span would add a second traceparent header to the signed request.
-    '@opentelemetry/instrumentation-undici': { ignoreRequestHook: (req) => hasHeader(req.headers, 'x-service-signature') },
+    '@opentelemetry/instrumentation-undici': { ignoreRequestHook: (req) => hasHeader(req.headers, 'x-service-signature'), requestHook: (span) => redactQueryValues(span) },
     '@opentelemetry/instrumentation-fs': off,
     '@opentelemetry/instrumentation-dns': off,
     '@opentelemetry/instrumentation-net': off,
@@ -152,6 +154,28 @@ async function autoInstrumentations(): Promise<Instrumentation[]> {
     '@opentelemetry/instrumentation-generic-pool': off,
     '@opentelemetry/instrumentation-runtime-node': off,
   });
+}
+
+/** The attributes in which the http and undici instrumentations record an outgoing URL. */
+const URL_ATTRIBUTES = ['url.full', 'url.query', 'http.url', 'http.target'];
+
+/** An outgoing request's span shows its query values as REDACTED (the names stay, as the semantic
+ *  conventions suggest): WhatsApp's media links carry their access tokens there (`oh=`, `auth=`),
+ *  and so may any other service's. Spans leave the process unscrubbed, unlike log lines. */
+function redactQueryValues(span: Span): void {
+  const attributes = (span as Span & { attributes?: Attributes }).attributes ?? {};
+  for (const key of URL_ATTRIBUTES) {
+    const value = attributes[key];
+    if (typeof value === 'string' && value.includes('?')) span.setAttribute(key, redactQuery(value));
+  }
+}
+
+/** `…?a=1&b` → `…?a=REDACTED&b`: every value after the first `?` replaced. */
+export function redactQuery(url: string): string {
+  const start = url.indexOf('?');
+  if (start < 0) return url;
+  const query = url.slice(start + 1).replace(/=[^&#]*/g, '=REDACTED');
+  return `${url.slice(0, start)}?${query}`;
 }
 
 /** Whether undici's request headers (a `name: value\r\n` string in v5, a flat array in v6+) hold `name`. */

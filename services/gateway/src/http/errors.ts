@@ -3,7 +3,7 @@
 import type { Context, Next } from 'koa';
 import { STATUS_CODES } from 'node:http';
 import { trace } from '@opentelemetry/api';
-import { isDatabaseUnavailable, markFailed, Problem, problems, scrubCredentials, type Logger } from '@switchboard/core';
+import { isDatabaseUnavailable, markFailed, Problem, problems, scrubCredentials, scrubPath, type Logger } from '@switchboard/core';
 
 export function problemResponder(log: Logger) {
   return async function respondWithProblems(ctx: Context, next: Next): Promise<void> {
@@ -35,13 +35,15 @@ export function problemResponder(log: Logger) {
  *  not ready or too slow (503, 504) is a warning. */
 function logServerSide(log: Logger, ctx: Context, err: unknown, problem: Problem): void {
   if (problem.status < 500) return;
-  const fields = { path: ctx.path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
+  // Decoded where a client percent-encoded a credential in it, so the log's scrubbing finds it.
+  const path = scrubPath(ctx.path);
+  const fields = { path, method: ctx.method, status: problem.status, problem: problem.code, detail: problem.detail };
   if (problem.status === 503 || problem.status === 504) {
     // A dependency not ready (a database restart) is named by its message; its stack says nothing.
     const cause = err instanceof Problem ? undefined : String((err as Error)?.message ?? err);
     return log.warn({ ...fields, cause }, 'request could not be served now');
   }
-  if (!(err instanceof Problem)) return log.error({ err, path: ctx.path, method: ctx.method }, 'request failed');
+  if (!(err instanceof Problem)) return log.error({ err, path, method: ctx.method }, 'request failed');
   log.error(fields, 'request failed');
 }
 
