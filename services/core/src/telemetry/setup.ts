@@ -171,7 +171,7 @@ function redactQueryValues(span: Span): void {
 }
 
 /** `…?a=1&b` → `…?a=REDACTED&b`: every value after the first `?` replaced. */
-export function redactQuery(url: string): string {
+function redactQuery(url: string): string {
   const start = url.indexOf('?');
   if (start < 0) return url;
   const query = url.slice(start + 1).replace(/=[^&#]*/g, '=REDACTED');
