@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
@@ -220,7 +221,9 @@ describe('observability (embedded)', function () {
     const cdn = await startHttpsReceiver(); // not the webhook receiver: its requests are events
     try {
       assert.equal((await fetch(cdn.url(cdnPath))).status, 200); // undici, as media downloads
-      const https = await import('node:https'); // node:https, as Baileys' uploads
+      // node:https, as Baileys' uploads; through require, which the instrumentation patches even
+      // when an earlier test loaded the module.
+      const https = createRequire(import.meta.url)('node:https') as typeof import('node:https');
       await new Promise<void>((resolve, reject) => {
         const req = https.request({ host: '127.0.0.1', port: cdn.port, path: uploadPath, method: 'POST' }, (res) => res.resume().on('end', resolve));
         req.once('error', reject).end('x');
