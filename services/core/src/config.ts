@@ -98,6 +98,8 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: read.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),
     instanceId: read.optional('INSTANCE_ID', (v) => (/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/.test(v) ? v : 'must be an instance id')),
   };
+  // A queued media send needs its file until the send expires (and the hour between two sweeps).
+  config.mediaRetentionMs = Math.max(config.mediaRetentionMs, config.sendExpiryMs + 3_600_000);
   if (problems.length) throw new ConfigError(problems);
   return config;
 }

@@ -78,6 +78,13 @@ describe('configuration', () => {
     assert.deepEqual(c.allowedOrigins, ['https://app.example.com', 'https://admin.example.com']);
   });
 
+  it('keeps media at least as long as a queued send may wait for its file (SEND_EXPIRY_MS and a sweep)', () => {
+    const day = 86_400_000;
+    assert.equal(loadConfig({ MEDIA_RETENTION_MS: String(2 * day) }).mediaRetentionMs, 2 * day);
+    assert.equal(loadConfig({ MEDIA_RETENTION_MS: '1000' }).mediaRetentionMs, day + 3_600_000);
+    assert.equal(loadConfig({ SEND_EXPIRY_MS: String(60 * day) }).mediaRetentionMs, 60 * day + 3_600_000, 'beyond the 30-day default');
+  });
+
   it('takes a short ADMIN_API_KEY (test rigs use them; the server warns at start)', () => {
     assert.equal(loadConfig({ ADMIN_API_KEY: 'admin' }).adminApiKey, 'admin');
   });

@@ -222,6 +222,19 @@ describe('media records, links and retention', function () {
       await assert.rejects(store.get(stuck), MediaNotFoundError);
     });
 
+    it('sweeps soon after it starts, not only once its interval has passed', async () => {
+      const old = await storeMedia(db, store, { instanceId: 'inst-b', direction: 'outbound', mimetype: 'image/png', bytes: Buffer.from('old') });
+      await db('media').update({ created_at: new Date(Date.now() - 10_000) });
+      const retention = startMediaRetention({ db, store, maxAgeMs: 5_000, intervalMs: 3_600_000, firstRunAfterMs: 20, log: silentLog });
+      try {
+        const deadline = Date.now() + 5_000;
+        while ((await getMediaRecord(db, 'inst-b', old.id)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      } finally {
+        retention.stop();
+      }
+      assert.equal(await getMediaRecord(db, 'inst-b', old.id), undefined);
+    });
+
     it('sweeps on its interval and handles more rows than one batch', async () => {
       for (let i = 0; i < 5; i++) {
         await storeMedia(db, store, { instanceId: 'inst-b', direction: 'outbound', mimetype: 'image/png', bytes: Buffer.from(`n${i}`) });

@@ -11,6 +11,9 @@ export interface MediaRetentionOptions {
   store: MediaStore;
   maxAgeMs: number;
   intervalMs: number;
+  /** The first sweep, this long after the start (default a minute, or intervalMs if shorter): a
+   *  process restarted more often than intervalMs would otherwise never sweep. */
+  firstRunAfterMs?: number;
   log: Pick<Logger, 'info' | 'warn' | 'error'>;
   /** Rows handled per database round trip. */
   batchSize?: number;
@@ -29,11 +32,19 @@ export function startMediaRetention(opts: MediaRetentionOptions): MediaRetention
     running ??= sweep(opts).finally(() => (running = undefined));
     return running;
   };
-  const timer = setInterval(() => {
-    runOnce().catch((err: unknown) => opts.log.error({ err }, 'media retention sweep failed'));
-  }, opts.intervalMs);
-  timer.unref(); // retention alone must not keep the process alive
-  return { runOnce, stop: () => clearInterval(timer) };
+  const sweepInBackground = () => void runOnce().catch((err: unknown) => opts.log.error({ err }, 'media retention sweep failed'));
+  const first = setTimeout(sweepInBackground, opts.firstRunAfterMs ?? Math.min(60_000, opts.intervalMs));
+  const timer = setInterval(sweepInBackground, opts.intervalMs);
+  // Retention alone must not keep the process alive.
+  first.unref();
+  timer.unref();
+  return {
+    runOnce,
+    stop: () => {
+      clearTimeout(first);
+      clearInterval(timer);
+    },
+  };
 }
 
 async function sweep(opts: MediaRetentionOptions): Promise<number> {
