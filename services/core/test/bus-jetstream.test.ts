@@ -82,6 +82,32 @@ describe('JetStreamBus', () => {
     }
   });
 
+  it('lets the server drop a consumer idle past its lifetime; consuming again gets what was published meanwhile', async () => {
+    bus = await JetStreamBus.open({ natsUrl: NATS_URL, namespace, log, pullExpiresMs: 1000 });
+    const inst = `idle${Date.now()}`;
+    const durable = `session-${inst}`;
+    const got: string[] = [];
+    const options = { stream: 'commands' as const, filter: subjects.command(inst), durable, maxAckPending: 1, singleOwner: true, idleLifetimeMs: 2000 };
+    const first = await bus.consume(options, async (m) => void got.push(str(m.data)));
+    await bus.publish(subjects.command(inst), text('one'));
+    await waitFor(() => got.length === 1, 'the first message');
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const exists = () => jsm.consumers.info(`${namespace.toUpperCase()}_COMMANDS`, durable).then(() => true, () => false);
+      await new Promise((r) => setTimeout(r, 3000));
+      assert.equal(await exists(), true, 'kept while consumed');
+      await first.stop(); // the instance paused, or deleted
+      await waitFor(async () => !(await exists()), 'the idle consumer dropped by the server', 10_000);
+      await bus.publish(subjects.command(inst), text('two'));
+      await bus.consume(options, async (m) => void got.push(str(m.data)));
+      await waitFor(() => got.length === 2, 'the message published while no consumer existed', 10_000);
+      assert.deepEqual(got, ['one', 'two']);
+    } finally {
+      await nc.close();
+    }
+  });
+
   it('recreates a deleted stream on publish and resumes consuming', async () => {
     const ns = testNamespace();
     try {

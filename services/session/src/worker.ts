@@ -30,6 +30,8 @@ import { SettingsCache } from './settings-cache.ts';
 /** Queued items are published again once they are this close to the commands stream's max age
  *  (before the stream can have dropped their command; a repeat is harmless). */
 const COMMAND_AGE_MARGIN_MS = 3_600_000;
+/** How long the server keeps a session's commands consumer nobody consumes from. */
+const COMMAND_CONSUMER_IDLE_LIFETIME_MS = 3_600_000;
 /** The longest wait before another start after starts that failed (they double from lockRetryMs). */
 const MAX_START_RETRY_MS = 30_000;
 
@@ -396,6 +398,9 @@ export class SessionWorker {
         // The owner lock makes this the only consumer of the durable, so a command left
         // unacknowledged by a stopped consumer (a drop, a crash) comes back now, not after the ack wait.
         singleOwner: true,
+        // Not consuming (paused, waiting for a scan, deleted) for this long: the server drops the
+        // consumer, and the next start creates it again with every command still queued.
+        idleLifetimeMs: COMMAND_CONSUMER_IDLE_LIFETIME_MS,
       },
       (msg) => this.sends.handle(msg),
     );

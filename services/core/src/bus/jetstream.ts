@@ -156,6 +156,7 @@ export class JetStreamBus implements Bus {
       filter_subject: this.names.subject(opts.filter),
       max_ack_pending: maxAckPending,
       ack_wait: nanos(ackWaitMs),
+      ...(opts.idleLifetimeMs ? { inactive_threshold: nanos(opts.idleLifetimeMs) } : {}),
     };
     // Create it now so that bad settings (e.g. a filter overlapping another consumer's on the work
     // queue) fail here; while NATS is unreachable the loop keeps trying instead.
@@ -292,11 +293,12 @@ export class JetStreamBus implements Bus {
       return;
     }
     const c = existing.config;
-    if (c.filter_subject === config.filter_subject && c.max_ack_pending === config.max_ack_pending && c.ack_wait === config.ack_wait) {
+    const sameIdleLifetime = (c.inactive_threshold ?? 0) === (config.inactive_threshold ?? 0);
+    if (c.filter_subject === config.filter_subject && c.max_ack_pending === config.max_ack_pending && c.ack_wait === config.ack_wait && sameIdleLifetime) {
       return;
     }
     if (c.filter_subject === config.filter_subject) {
-      await this.jsm.consumers.update(streamName, durable, { max_ack_pending: config.max_ack_pending, ack_wait: config.ack_wait });
+      await this.jsm.consumers.update(streamName, durable, { max_ack_pending: config.max_ack_pending, ack_wait: config.ack_wait, inactive_threshold: config.inactive_threshold ?? 0 });
       return;
     }
     // NATS 2.9 cannot change a consumer's filter: replace the consumer.

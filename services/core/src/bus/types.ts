@@ -41,6 +41,10 @@ export interface ConsumeOptions {
    *  (re)starts belongs to no live handler — it was in flight to a subscription that was just
    *  stopped, or its process died — and is handed out again at once instead of after the ack wait. */
   singleOwner?: boolean;
+  /** The server deletes the durable consumer once nobody has consumed from it for this long. Only
+   *  for the work-queue commands stream, whose messages outlive their consumer (a new one with the
+   *  same filter is given them): a deleted instance leaves no consumer behind for good. */
+  idleLifetimeMs?: number;
 }
 
 /** Resolve to acknowledge; throw to have the message redelivered after `retryDelayMs`. */
