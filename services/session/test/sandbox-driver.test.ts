@@ -10,6 +10,9 @@ let drop: () => Promise<void>;
 
 before(async () => {
   ({ db, drop } = await openTestDatabase());
+  // The ledger's rows belong to an instance (they go with it).
+  const ids = ['inst-contract', 'inst-rules', 'inst-code-ttl', 'inst-spaced', 'inst-owed', 'inst-echo-owed', 'inst-repaired', 'inst-closing'];
+  await db('instances').insert(ids.map((id) => ({ id, name: id, token_hash: id, token_sealed: 'x' })));
 });
 after(async () => drop?.());
 
@@ -116,6 +119,21 @@ describe('sandbox driver rules', () => {
     await until(() => listener.state === 'connected', 'connected again');
     const ledger = await db('sandbox_ledger').where({ instance_id: 'inst-rules' }).whereIn('messenger_id', ['M0', 'M1', 'M2', 'M4']).pluck('messenger_id');
     assert.deepEqual(ledger.sort(), ['M1', 'M2']);
+  });
+
+  it("the ledger goes with its instance (the recipients' numbers and owed echoes do not stay)", async () => {
+    await db('instances').insert({ id: 'inst-gone', name: 'gone', token_hash: 'inst-gone', token_sealed: 'x' });
+    const doomed = new SandboxDriver({ instanceId: 'inst-gone', auth: new MemoryAuthStore(), listener: new RecordingListener(), isOwnSend: async () => true, settings: () => settings }, { db, receiptDelayMs: 1000, reconnectDelayMs: 5 });
+    try {
+      await doomed.connect();
+      await doomed.sandbox('scan', { phone: '5511911113333' });
+      await doomed.send({ messengerId: 'GONE1', to: { kind: 'phone', phone: '5511912345678' }, type: 'text', text: 'x' });
+      assert.equal((await db('sandbox_ledger').where({ instance_id: 'inst-gone' })).length, 1);
+    } finally {
+      await doomed.disconnect();
+    }
+    await db('instances').where({ id: 'inst-gone' }).delete();
+    assert.equal((await db('sandbox_ledger').where({ instance_id: 'inst-gone' })).length, 0);
   });
 
   it('voice notes are played; announcement groups fail only with protection on', async () => {

@@ -18,6 +18,7 @@ import * as m014 from './014_encryption_key_check.ts';
 import * as m015 from './015_instance_deletion_requested.ts';
 import * as m016 from './016_instance_unlink_requested.ts';
 import * as m017 from './017_drop_host_destination.ts';
+import * as m018 from './018_sandbox_ledger_cascade.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -42,6 +43,7 @@ const migrations: Record<string, Migration> = {
   '015_instance_deletion_requested': m015,
   '016_instance_unlink_requested': m016,
   '017_drop_host_destination': m017,
+  '018_sandbox_ledger_cascade': m018,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
