@@ -205,6 +205,21 @@ describe('media end to end', function () {
     assert.deepEqual(stored.sort(), referenced.sort(), 'every stored file belongs to an item');
   });
 
+  it('offers no download of a received file retention has removed', async () => {
+    const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977775555', type: 'image', mediaBase64: mediaFixtures.png.base64(), mimetype: 'image/png' });
+    assert.equal(inbound.status, 200, JSON.stringify(inbound.body));
+    const incoming = async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === inbound.body.messageId)?.media;
+    const media = await eventually(incoming, 10_000, 'the inbound image');
+    assert.equal(media.downloadAvailable, true);
+    const mediaId = new URL(media.url).pathname.split('/').pop()!;
+    await t.server.platform.db('media').where({ id: mediaId }).delete(); // as the retention sweep does
+    const after = await incoming();
+    assert.equal(after.url, null);
+    assert.equal(after.downloadAvailable, false);
+    assert.match(after.error, /^media_expired: /);
+    assert.equal((await fetch(media.url)).status, 404, 'the old link finds nothing');
+  });
+
   it('reports media in diagnostics', async () => {
     const diag = await t.admin.get('/api/diagnostics');
     assert.ok(diag.body.media.count > 0);

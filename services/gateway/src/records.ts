@@ -72,7 +72,8 @@ export function sendItemRecord(row: any) {
   };
 }
 
-export function incomingRecord(row: any, mediaUrl: (mediaId: string) => string) {
+/** `mediaUrl` gives a fresh link for a file still kept, undefined for one retention removed. */
+export function incomingRecord(row: any, mediaUrl: (mediaId: string) => string | undefined) {
   const media = row.media ? json<Record<string, unknown>>(row.media) : null;
   return {
     id: row.id,
@@ -91,8 +92,18 @@ export function incomingRecord(row: any, mediaUrl: (mediaId: string) => string) 
   };
 }
 
+/** The media ids incoming rows refer to (their files may have gone with retention). */
+export function incomingMediaIds(rows: any[]): string[] {
+  return rows.flatMap((row) => {
+    const mediaId = row.media ? json<{ mediaId?: string }>(row.media).mediaId : undefined;
+    return mediaId ? [mediaId] : [];
+  });
+}
+
 /** Stored media references carry a mediaId; links are signed at read time so they are fresh. */
-function withFreshLink(media: Record<string, unknown>, mediaUrl: (mediaId: string) => string) {
+function withFreshLink(media: Record<string, unknown>, mediaUrl: (mediaId: string) => string | undefined) {
   const { mediaId, ...rest } = media as { mediaId?: string } & Record<string, unknown>;
-  return { ...rest, url: mediaId && rest.downloadAvailable !== false ? mediaUrl(mediaId) : null };
+  if (!mediaId || rest.downloadAvailable === false) return { ...rest, url: null };
+  const url = mediaUrl(mediaId);
+  return url ? { ...rest, url } : { ...rest, url: null, downloadAvailable: false, error: 'media_expired: the file is no longer kept (media retention)' };
 }

@@ -6,7 +6,7 @@ import { route } from '../http/route.ts';
 import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
 import { EventRecord, IncomingRecord, listOf } from '../schemas.ts';
 import { assertStorableParams } from '../storable-input.ts';
-import { incomingRecord } from '../records.ts';
+import { incomingMediaIds, incomingRecord } from '../records.ts';
 import { loadInstance } from './common.ts';
 
 const MEDIA_READ_TIMEOUT_MS = 20_000;
@@ -29,7 +29,11 @@ export const activityRoutes = [
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       const rows = await deps.db('incoming').where({ instance_id: params.id }).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(50);
-      return { body: { data: rows.map((r) => incomingRecord(r, mediaUrlFor(deps, params.id))) } };
+      // A link only for a file retention has not removed yet.
+      const referenced = incomingMediaIds(rows);
+      const kept = new Set(referenced.length ? await deps.db('media').where({ instance_id: params.id }).whereIn('id', referenced).pluck('id') : []);
+      const link = mediaUrlFor(deps, params.id);
+      return { body: { data: rows.map((r) => incomingRecord(r, (mediaId) => (kept.has(mediaId) ? link(mediaId) : undefined))) } };
     },
   }),
   route({
