@@ -10,6 +10,7 @@ export * from './crypto.ts';
 export * from './encryption-key-check.ts';
 export * from './logger.ts';
 export * from './outbox.ts';
+export * from './periodic-job.ts';
 export { CallBatcher } from './call-batcher.ts';
 export * from './events.ts';
 export * from './send-events.ts';

@@ -5,6 +5,7 @@ import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, start
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, requeueQueuedCommands, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
+import { startDatabaseVacuum } from './database-vacuum.ts';
 
 export interface EmbeddedServer {
   url: string;
@@ -34,6 +35,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  const vacuum = isEmbedded(db) ? startDatabaseVacuum({ db, log }) : undefined;
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
   await runtime.resumeAll();
@@ -51,6 +53,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
       await http.close();
       await sweeper.stop();
       retention.stop();
+      vacuum?.stop();
       await runtime.close();
       await dispatcher.stop();
       await relay.stop();

@@ -5,6 +5,7 @@
 import type { Db } from '../db/connect.ts';
 import type { Logger } from '../logger.ts';
 import type { MediaStore } from './types.ts';
+import { startPeriodicJob, type PeriodicJob } from '../periodic-job.ts';
 
 export interface MediaRetentionOptions {
   db: Db;
@@ -19,32 +20,16 @@ export interface MediaRetentionOptions {
   batchSize?: number;
 }
 
-export interface MediaRetention {
-  /** One sweep; resolves with the number of media records removed. */
-  runOnce(): Promise<number>;
-  stop(): void;
-}
+/** runOnce: one sweep; resolves with the number of media records removed. */
+export type MediaRetention = PeriodicJob<number>;
 
 export function startMediaRetention(opts: MediaRetentionOptions): MediaRetention {
-  let running: Promise<number> | undefined;
-  const runOnce = (): Promise<number> => {
-    // A sweep that is still going is joined rather than run twice in parallel.
-    running ??= sweep(opts).finally(() => (running = undefined));
-    return running;
-  };
-  const sweepInBackground = () => void runOnce().catch((err: unknown) => opts.log.error({ err }, 'media retention sweep failed'));
-  const first = setTimeout(sweepInBackground, opts.firstRunAfterMs ?? Math.min(60_000, opts.intervalMs));
-  const timer = setInterval(sweepInBackground, opts.intervalMs);
-  // Retention alone must not keep the process alive.
-  first.unref();
-  timer.unref();
-  return {
-    runOnce,
-    stop: () => {
-      clearTimeout(first);
-      clearInterval(timer);
-    },
-  };
+  return startPeriodicJob(() => sweep(opts), {
+    name: 'media retention sweep',
+    firstRunAfterMs: opts.firstRunAfterMs ?? Math.min(60_000, opts.intervalMs),
+    intervalMs: opts.intervalMs,
+    log: opts.log,
+  });
 }
 
 async function sweep(opts: MediaRetentionOptions): Promise<number> {
