@@ -22,6 +22,7 @@ export interface Config {
   pairingCodeIntervalMs: number;
   mediaLinkTtlSeconds: number;
   mediaRetentionMs: number;
+  eventRetentionMs: number;
   sandboxReceiptDelayMs: number;
   logLevel: string;
   instanceId: string | undefined; // cluster-mode session process: the one instance it serves
@@ -94,6 +95,7 @@ export function loadConfig(env: Env = process.env): Config {
     pairingCodeIntervalMs: read.int('PAIRING_CODE_INTERVAL_MS', 60_000, 0, 86_400_000),
     mediaLinkTtlSeconds: read.int('MEDIA_LINK_TTL_SECONDS', 3600, 1, 30 * 86_400),
     mediaRetentionMs: read.int('MEDIA_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
+    eventRetentionMs: read.int('EVENT_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
     sandboxReceiptDelayMs: read.int('SANDBOX_RECEIPT_DELAY_MS', 50, 0, 3_600_000),
     logLevel: read.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),
     instanceId: read.optional('INSTANCE_ID', (v) => (/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/.test(v) ? v : 'must be an instance id')),

@@ -51,6 +51,7 @@ describe('configuration', () => {
     assert.equal(c.sendExpiryMs, 86_400_000);
     assert.equal(c.pairingCodeIntervalMs, 60_000);
     assert.equal(c.mediaLinkTtlSeconds, 3600);
+    assert.equal(c.eventRetentionMs, 30 * 86_400_000);
     assert.equal(c.sandboxReceiptDelayMs, 50);
     assert.equal(c.databaseUrl, undefined);
     assert.equal(c.natsUrl, undefined);

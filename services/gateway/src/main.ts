@@ -1,6 +1,6 @@
 // The gateway process of cluster mode (PostgreSQL + NATS; sessions run as their own pods and are
 // reached over NATS; Instance resources are kept in step when running inside Kubernetes).
-import { OutboxRelay, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startTelemetry, withChosenPort } from '@switchboard/core';
+import { OutboxRelay, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startEventRetention, startTelemetry, withChosenPort } from '@switchboard/core';
 import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
@@ -35,6 +35,7 @@ async function start(): Promise<() => Promise<void>> {
   const runtime = new RemoteSessionRuntime({ db, bus, crypto, log, relay });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const resources = await kubernetesResources();
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
@@ -45,6 +46,7 @@ async function start(): Promise<() => Promise<void>> {
     await http.close();
     await sweeper.stop();
     retention.stop();
+    eventRetention.stop();
     await runtime.close();
     await relay.stop();
     await platform.close();

@@ -1,7 +1,7 @@
 // The embedded deployment: gateway, local session runtime, dispatcher and background jobs in one
 // process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
 // in-process bus in DATA_DIR.
-import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, withChosenPort, type Config, type Logger, type Platform } from '@switchboard/core';
+import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, startEventRetention, withChosenPort, type Config, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, requeueQueuedCommands, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
@@ -35,6 +35,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const vacuum = isEmbedded(db) ? startDatabaseVacuum({ db, log }) : undefined;
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
   const http = await listen(app, config.port, config.host);
@@ -53,6 +54,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
       await http.close();
       await sweeper.stop();
       retention.stop();
+    eventRetention.stop();
       vacuum?.stop();
       await runtime.close();
       await dispatcher.stop();
