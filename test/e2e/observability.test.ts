@@ -217,7 +217,7 @@ describe('observability (embedded)', function () {
 
   it('shows the query values of outgoing requests as REDACTED (WhatsApp media links carry access tokens there)', async () => {
     const cdnPath = '/v/t62.7118-24/1_2_n.enc?ccb=11-4&oh=01_MEDIA_ACCESS_SECRET&oe=68000000';
-    const uploadPath = '/mms/image/abc?auth=MEDIA_UPLOAD_SECRET&token=abc';
+    const uploadPath = '/mms/image/abc?auth=MEDIA_UPLOAD_SECRET&token=abc&BARE_SECRET';
     const cdn = await startHttpsReceiver(); // not the webhook receiver: its requests are events
     try {
       assert.equal((await fetch(cdn.url(cdnPath))).status, 200); // undici, as media downloads
@@ -236,10 +236,10 @@ describe('observability (embedded)', function () {
       return spans.length >= 2 && spans;
     }, 5000, 'the spans of both requests');
     const text = JSON.stringify(exporter.getFinishedSpans().map((s) => s.attributes));
-    for (const secret of ['01_MEDIA_ACCESS_SECRET', 'MEDIA_UPLOAD_SECRET', '68000000']) assert.ok(!text.includes(secret), `${secret} in a span`);
+    for (const secret of ['01_MEDIA_ACCESS_SECRET', 'MEDIA_UPLOAD_SECRET', 'BARE_SECRET', '68000000']) assert.ok(!text.includes(secret), `${secret} in a span`);
     const urls = outgoing.map((s) => String(s.attributes['url.full'] ?? s.attributes['http.url']));
     assert.ok(urls.some((u) => u.endsWith('/v/t62.7118-24/1_2_n.enc?ccb=REDACTED&oh=REDACTED&oe=REDACTED')), urls.join(' '));
-    assert.ok(urls.some((u) => u.endsWith('/mms/image/abc?auth=REDACTED&token=REDACTED')), urls.join(' '));
+    assert.ok(urls.some((u) => u.endsWith('/mms/image/abc?auth=REDACTED&token=REDACTED&REDACTED')), urls.join(' '));
   });
 
   it('never writes a secret used in the scenario to the logs, the spans or an error body', async () => {

@@ -133,6 +133,9 @@ export function retryEvent(db: Knex | Knex.Transaction, instanceId: string, even
 }
 
 async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
+  // The delivery row first: event retention (event-retention.ts) skips a row locked here, and a
+  // retry that waits for the retention's lock then finds the event gone (404), never half of it.
+  await db('deliveries').where({ event_id: eventId, instance_id: instanceId }).forUpdate().first('event_id');
   const event = await db('events as e')
     .join('instances as i', 'i.id', 'e.instance_id')
     .leftJoin('deliveries as d', 'd.event_id', 'e.id')
@@ -145,9 +148,9 @@ async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: st
   const envelope = { type: event.type as EventEnvelope['type'], data: (jsonObject(event.body).data ?? {}) as Record<string, unknown> };
   const route = routeEvent(envelope, jsonObject(event.webhook) as WebhookConfig, jsonObject(event.settings) as WebhookSettings);
   if (route.status !== 'pending') throw notRetryable(NOT_ROUTED[route.status]);
-  // The instance lock keeps other retries out, and nothing else moves an exhausted delivery.
+  // Locked above: nothing else moves or deletes it before the commit.
   await db('deliveries')
-    .where({ event_id: eventId, instance_id: instanceId, status: 'exhausted' })
+    .where({ event_id: eventId, instance_id: instanceId })
     .update({
       status: 'pending',
       url: route.url,

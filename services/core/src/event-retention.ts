@@ -3,7 +3,9 @@
 // deleted. Listings show the last 50, and a delivery that is still pending or retrying is never
 // touched; without this the table grew by every event for good, and the dispatcher's start-up
 // sweep, which reads every event, with it.
+import type { Knex } from 'knex';
 import type { Db } from './db/connect.ts';
+import { DELIVERY_STATUSES, OPEN_DELIVERY_STATUSES } from './deliveries.ts';
 import type { Logger } from './logger.ts';
 import { startPeriodicJob, type PeriodicJob } from './periodic-job.ts';
 
@@ -18,12 +20,12 @@ export interface EventRetentionOptions {
   batchSize?: number;
 }
 
-/** Deliveries in these states are over: nothing will send them again without a retry request. */
-const FINISHED = ['delivered', 'filtered', 'no_destination', 'cancelled', 'exhausted'];
+/** Deliveries in these states are over: nothing sends them again unless a retry is asked for. */
+const FINISHED = DELIVERY_STATUSES.filter((status) => !OPEN_DELIVERY_STATUSES.includes(status));
 
 /** runOnce: one sweep; resolves with the number of events deleted. */
 export function startEventRetention(opts: EventRetentionOptions): PeriodicJob<number> {
-  return startPeriodicJob(() => deleteFinishedEvents(opts), {
+  return startPeriodicJob(() => sweep(opts), {
     name: 'event retention sweep',
     firstRunAfterMs: opts.firstRunAfterMs ?? 60_000,
     intervalMs: opts.intervalMs ?? 3_600_000,
@@ -31,26 +33,33 @@ export function startEventRetention(opts: EventRetentionOptions): PeriodicJob<nu
   });
 }
 
-async function deleteFinishedEvents(opts: EventRetentionOptions): Promise<number> {
-  const batchSize = opts.batchSize ?? 1000;
+async function sweep(opts: EventRetentionOptions): Promise<number> {
+  const batchSize = opts.batchSize ?? 500;
   const cutoff = new Date(Date.now() - opts.maxAgeMs);
   let deleted = 0;
   for (;;) {
-    // Oldest first by the (created_at, id) index; rows another sweep (another gateway) holds are
-    // skipped, and a delivery row locked by a dispatcher keeps its event for the next sweep.
-    const old = opts.db('events as e')
-      .join('deliveries as d', 'd.event_id', 'e.id')
-      .where('e.created_at', '<', cutoff)
-      .whereIn('d.status', FINISHED)
-      .orderBy([{ column: 'e.created_at' }, { column: 'e.id' }])
-      .limit(batchSize)
-      .forUpdate()
-      .skipLocked()
-      .select('e.id');
-    const count = Number(await opts.db('events').whereIn('id', old).delete());
+    const count = await deleteFinishedEvents(opts.db, cutoff, batchSize);
     deleted += count;
     if (count < batchSize) break;
+    // PGlite runs each statement on the event loop: requests get their turn between batches.
+    await new Promise((resolve) => setImmediate(resolve));
   }
   if (deleted) opts.log.info({ deleted }, 'event retention removed old events');
   return deleted;
+}
+
+/** Deletes up to `limit` events created before `cutoff` whose delivery is over, oldest first (the
+ *  (created_at, id) index); returns how many. Rows locked elsewhere — a retry of that event, a
+ *  concurrent sweep in another gateway — are skipped until the next sweep. */
+export async function deleteFinishedEvents(db: Knex | Knex.Transaction, cutoff: Date, limit: number): Promise<number> {
+  const old = db('events as e')
+    .join('deliveries as d', 'd.event_id', 'e.id')
+    .where('e.created_at', '<', cutoff)
+    .whereIn('d.status', FINISHED)
+    .orderBy([{ column: 'e.created_at' }, { column: 'e.id' }])
+    .limit(limit)
+    .forUpdate()
+    .skipLocked()
+    .select('e.id');
+  return Number(await db('events').whereIn('id', old).delete());
 }

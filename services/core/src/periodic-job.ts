@@ -6,7 +6,8 @@ import type { Logger } from './logger.ts';
 export interface PeriodicJob<T> {
   /** One run now (or the one under way). */
   runOnce(): Promise<T>;
-  stop(): void;
+  /** No further runs; resolves once a run under way has ended (before its database closes). */
+  stop(): Promise<void>;
 }
 
 export interface PeriodicJobOptions {
@@ -31,9 +32,10 @@ export function startPeriodicJob<T>(work: () => Promise<T>, opts: PeriodicJobOpt
   timer.unref();
   return {
     runOnce,
-    stop: () => {
+    stop: async () => {
       clearTimeout(first);
       clearInterval(timer);
+      await running?.catch(() => undefined);
     },
   };
 }

@@ -43,7 +43,7 @@ describe('isDatabaseUnavailable', () => {
     }
   });
 
-  it('knows a statement cancelled by a statement_timeout or a lock_timeout (it may pass a moment later)', async () => {
+  it('knows a statement cancelled by a statement_timeout, a lock_timeout or as a deadlock victim (it may pass a moment later)', async () => {
     const created = await createTestDatabase();
     const db = knexFactory({ client: 'pg', connection: created.url, pool: { min: 0, max: 2 }, log: quiet });
     try {
@@ -65,6 +65,19 @@ describe('isDatabaseUnavailable', () => {
         assert.ok(isDatabaseUnavailable(locked), String(locked));
       } finally {
         await holder.rollback();
+      }
+      // Two transactions that each wait for the other's row: PostgreSQL cancels one of them.
+      await db.raw('insert into held (id) values (1), (2)');
+      const [first, second] = [await db.transaction(), await db.transaction()];
+      try {
+        await first.raw('update held set id = id where id = 1');
+        await second.raw('update held set id = id where id = 2');
+        const outcomes = await Promise.allSettled([first.raw('update held set id = id where id = 2'), second.raw('update held set id = id where id = 1')]);
+        const victim = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected')?.reason as { code?: string };
+        assert.equal(victim?.code, '40P01');
+        assert.ok(isDatabaseUnavailable(victim), String(victim));
+      } finally {
+        await Promise.all([first.rollback().catch(() => undefined), second.rollback().catch(() => undefined)]);
       }
     } finally {
       await db.destroy();

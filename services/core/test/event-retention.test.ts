@@ -7,7 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase } from '../../../test/support/services.ts';
 import { migrate, openDatabase, type Db } from '../src/db/connect.ts';
-import { startEventRetention } from '../src/event-retention.ts';
+import { deleteFinishedEvents, startEventRetention } from '../src/event-retention.ts';
+import { retryEvent } from '../src/deliveries.ts';
+import { Problem } from '../src/problem.ts';
 
 const silentLog = { info() {}, error() {} };
 const DAY = 86_400_000;
@@ -55,5 +57,34 @@ for (const storage of ['postgres', 'pglite'] as const) {
       assert.deepEqual((await db('events').orderBy('id').pluck('id')).sort(), ['evt_old_pending', 'evt_old_retrying', 'evt_old_unrouted', 'evt_recent']);
       assert.deepEqual((await db('deliveries').orderBy('event_id').pluck('event_id')).sort(), ['evt_old_pending', 'evt_old_retrying', 'evt_recent']);
     });
+
+    if (storage === 'postgres') {
+      it('a retry racing the sweep that deletes its event answers 404, never a half-done retry', async () => {
+        await eventWith(db, 'evt_raced', 40, 'exhausted');
+        const sweeping = await db.transaction();
+        try {
+          assert.equal(await deleteFinishedEvents(sweeping, new Date(Date.now() - 30 * DAY), 10), 1); // holds its locks
+          const retry = retryEvent(db, 'inst-ret', 'evt_raced').then(() => 'retried', (err: unknown) => err);
+          await new Promise((r) => setTimeout(r, 200));
+          await sweeping.commit();
+          const outcome = await retry;
+          assert.ok(outcome instanceof Problem && outcome.status === 404, String(outcome));
+        } finally {
+          if (!sweeping.isCompleted()) await sweeping.rollback();
+        }
+      });
+
+      it('skips an event whose retry holds its delivery row', async () => {
+        await eventWith(db, 'evt_retried', 40, 'exhausted');
+        const retrying = await db.transaction();
+        try {
+          await retrying('deliveries').where({ event_id: 'evt_retried' }).forUpdate().first(); // as retryEvent does first
+          assert.equal(await deleteFinishedEvents(db, new Date(Date.now() - 30 * DAY), 10), 0);
+        } finally {
+          await retrying.rollback();
+        }
+        assert.equal(await deleteFinishedEvents(db, new Date(Date.now() - 30 * DAY), 10), 1);
+      });
+    }
   });
 }

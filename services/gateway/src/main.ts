@@ -45,8 +45,7 @@ async function start(): Promise<() => Promise<void>> {
     log.info('gateway stopping');
     await http.close();
     await sweeper.stop();
-    retention.stop();
-    eventRetention.stop();
+    await Promise.all([retention.stop(), eventRetention.stop()]);
     await runtime.close();
     await relay.stop();
     await platform.close();

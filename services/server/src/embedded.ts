@@ -53,9 +53,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
     async stop() {
       await http.close();
       await sweeper.stop();
-      retention.stop();
-    eventRetention.stop();
-      vacuum?.stop();
+      await Promise.all([retention.stop(), eventRetention.stop(), vacuum?.stop()]);
       await runtime.close();
       await dispatcher.stop();
       await relay.stop();

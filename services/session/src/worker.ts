@@ -122,6 +122,7 @@ export class SessionWorker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    this.failedStarts = 0; // a start asked for (a connect) tries at once, whatever came before
     await this.tryTakeOwnership();
   }
 

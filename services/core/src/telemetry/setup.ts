@@ -170,12 +170,13 @@ function redactQueryValues(span: Span): void {
   }
 }
 
-/** `…?a=1&b` → `…?a=REDACTED&b`: every value after the first `?` replaced. */
+/** `…?a=1&b` → `…?a=REDACTED&REDACTED`: every value after the first `?` replaced, and a
+ *  parameter without a name (`?<token>`) as a whole. */
 function redactQuery(url: string): string {
   const start = url.indexOf('?');
   if (start < 0) return url;
-  const query = url.slice(start + 1).replace(/=[^&#]*/g, '=REDACTED');
-  return `${url.slice(0, start)}?${query}`;
+  const parameters = url.slice(start + 1).split('&').map((p) => (p.includes('=') ? `${p.slice(0, p.indexOf('='))}=REDACTED` : p && 'REDACTED'));
+  return `${url.slice(0, start)}?${parameters.join('&')}`;
 }
 
 /** Whether undici's request headers (a `name: value\r\n` string in v5, a flat array in v6+) hold `name`. */

@@ -12,8 +12,13 @@ import { delimiter, join } from 'node:path';
  *  they name other files: an HLS playlist could otherwise have a local file with a media
  *  extension converted into a voice note and sent to its author. Names as ffmpeg lists them. */
 const CONTAINED_MEDIA_DEMUXERS = [
-  'mov,mp4,m4a,3gp,3g2,mj2', 'matroska,webm', 'ogg', 'mp3', 'aac', 'flac', 'wav', 'w64', 'aiff',
-  'caf', 'amr', 'amrnb', 'amrwb', 'asf', 'avi', 'flv', 'mpeg', 'mpegts', 'wv', 'ape', 'ac3', 'eac3',
+  // audio
+  'mp3', 'aac', 'loas', 'ogg', 'flac', 'wav', 'w64', 'aiff', 'caf', 'au', 'voc', 'amr', 'amrnb',
+  'amrwb', 'wv', 'ape', 'tta', 'tak', 'mpc', 'mpc8', 'ac3', 'eac3', 'dts', 'mlp', 'truehd', 'gsm',
+  'qcp', 'dsf', 'xwma', 'rm',
+  // audio and video containers
+  'mov,mp4,m4a,3gp,3g2,mj2', 'matroska,webm', 'asf', 'avi', 'flv', 'mpeg', 'mpegts', 'nut', 'mxf',
+  'dv', 'ivf', 'h264', 'hevc', 'm4v', 'mpegvideo',
 ].join(',');
 
 /** Input options: the file may open nothing but files, and only be read as a self-contained
