@@ -37,8 +37,10 @@ export class LocalSessionRuntime implements SessionRuntime {
     });
   }
 
-  created(instanceId: string): Promise<void> {
-    return this.lanes.run(instanceId, () => this.startWorker(instanceId));
+  /** Like a resume: a delete (or a disconnect) of the new instance that ran first wins, and no
+   *  session starts for an instance that no longer exists. */
+  async created(instanceId: string): Promise<void> {
+    await this.resume(instanceId);
   }
 
   start(instanceId: string): Promise<void> {

@@ -379,6 +379,17 @@ for (const nats of [false, true]) {
       }
     });
 
+    it('starts a new instance at its creation, unless a delete ran first', async () => {
+      const created = await env.createInstance({ paused: false }); // as the gateway creates it
+      await runtime.created(created);
+      assert.ok(runtime.worker(created), 'a session for the new instance');
+      await until(async () => (await instanceRow(env.db, created)).state === 'awaiting_scan', 'awaiting_scan');
+      const deleted = await env.createInstance({ paused: false });
+      await env.db('instances').where({ id: deleted }).delete();
+      await runtime.created(deleted);
+      assert.equal(runtime.worker(deleted), undefined, 'no session for an instance that no longer exists');
+    });
+
     it('a reset called after a scan wins, even while the scan is still saving its credentials', async () => {
       await runtime.start(instanceId);
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
