@@ -3,6 +3,8 @@ import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
 import { Problem } from '@switchboard/core';
 
+/** How long an idle keep-alive connection is kept. */
+const KEEP_ALIVE_MS = 65_000;
 /** How long a stopping server lets the requests under way finish before it cuts them off. */
 const STOP_GRACE_MS = 10_000;
 
@@ -14,6 +16,10 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
   const server = createServer({ requireHostHeader: false }, app.callback());
   server.requestTimeout = 120_000; // large media uploads on slow links
   server.headersTimeout = 30_000;
+  // An idle keep-alive connection stays open longer than the proxies in front keep theirs (a cloud
+  // load balancer's 60 s): a server closing first races the next request sent on it, which then
+  // fails with a reset (Node's default is 5 s). Clients learn it from the Keep-Alive header.
+  server.keepAliveTimeout = KEEP_ALIVE_MS;
   server.on('clientError', answerUnparsableRequest);
   // Answered by Node itself otherwise: 417 with an empty body, and CONNECT with no answer at all.
   server.on('checkExpectation', (_req, res: ServerResponse) => {

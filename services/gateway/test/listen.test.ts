@@ -31,7 +31,8 @@ function signal(): { happened: Promise<void>; fire: () => void } {
   return { happened, fire };
 }
 
-describe('listen', () => {
+describe('listen', function () {
+  this.timeout(20_000);
   let server: Awaited<ReturnType<typeof listen>>;
   /** /slow answers once the test lets it. */
   let letSlowAnswer: () => void = () => undefined;
@@ -59,6 +60,25 @@ describe('listen', () => {
     assert.deepEqual(statuses(answer), [200, 400], answer);
     assert.deepEqual(warnings, [], 'one wait for the slow answer, not one per chunk');
     assert.match(answer, /"path":"\/slow"/);
+  });
+
+  it('keeps an idle keep-alive connection past the 5 s of Node\'s default, and says so', async () => {
+    const socket = connect(server.port, '127.0.0.1');
+    try {
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString('utf8')));
+      socket.write('GET /first HTTP/1.1\r\nHost: x\r\n\r\n');
+      while (!answer.includes('"/first"')) await new Promise((r) => setTimeout(r, 10));
+      assert.match(answer, /Keep-Alive: timeout=65/i);
+      await new Promise((r) => setTimeout(r, 6_000));
+      assert.equal(socket.destroyed || socket.readableEnded, false, 'the connection is still open');
+      socket.write('GET /second HTTP/1.1\r\nHost: x\r\n\r\n');
+      const deadline = Date.now() + 2_000;
+      while (!answer.includes('"/second"') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.deepEqual(statuses(answer), [200, 200], answer);
+    } finally {
+      socket.destroy();
+    }
   });
 
   it('survives a client that resets right after CONNECT', async () => {
