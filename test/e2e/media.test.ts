@@ -205,6 +205,22 @@ describe('media end to end', function () {
     assert.deepEqual(stored.sort(), referenced.sort(), 'every stored file belongs to an item');
   });
 
+  it('keeps listings with signed links out of caches, and serves a file as an inert attachment', async () => {
+    for (const path of ['incoming', 'events']) {
+      const res = await t.client(inst.apiToken).get(`/api/instances/${inst.id}/${path}`);
+      assert.equal(res.headers.get('cache-control'), 'no-store', path);
+    }
+    const html = Buffer.from('<script>alert(1)</script>');
+    const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977774444', type: 'document', mediaBase64: html.toString('base64'), mimetype: 'text/html', fileName: 'page.html' });
+    assert.equal(inbound.status, 200, JSON.stringify(inbound.body));
+    const media = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === inbound.body.messageId)?.media, 10_000, 'the document');
+    const file = await fetch(media.url);
+    assert.equal(file.status, 200);
+    assert.match(file.headers.get('content-disposition') ?? '', /^attachment/);
+    assert.equal(file.headers.get('content-security-policy'), "sandbox; default-src 'none'");
+    assert.equal(file.headers.get('x-content-type-options'), 'nosniff');
+  });
+
   it('offers no download of a received file retention has removed', async () => {
     const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977775555', type: 'image', mediaBase64: mediaFixtures.png.base64(), mimetype: 'image/png' });
     assert.equal(inbound.status, 200, JSON.stringify(inbound.body));

@@ -7,7 +7,7 @@ import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
 import { EventRecord, IncomingRecord, listOf } from '../schemas.ts';
 import { assertStorableParams } from '../storable-input.ts';
 import { incomingMediaIds, incomingRecord } from '../records.ts';
-import { loadInstance } from './common.ts';
+import { loadInstance, SECRET_HEADERS } from './common.ts';
 
 const MEDIA_READ_TIMEOUT_MS = 20_000;
 
@@ -33,7 +33,8 @@ export const activityRoutes = [
       const referenced = incomingMediaIds(rows);
       const kept = new Set(referenced.length ? await deps.db('media').where({ instance_id: params.id }).whereIn('id', referenced).pluck('id') : []);
       const link = mediaUrlFor(deps, params.id);
-      return { body: { data: rows.map((r) => incomingRecord(r, (mediaId) => (kept.has(mediaId) ? link(mediaId) : undefined))) } };
+      // Signed media links work without a credential: kept out of caches like other secrets.
+      return { body: { data: rows.map((r) => incomingRecord(r, (mediaId) => (kept.has(mediaId) ? link(mediaId) : undefined))) }, headers: SECRET_HEADERS };
     },
   }),
   route({
@@ -45,7 +46,7 @@ export const activityRoutes = [
     responses: { 200: listOf(EventRecord) },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      return { body: { data: await listEventsWithDelivery(deps.db, params.id, 50) } };
+      return { body: { data: await listEventsWithDelivery(deps.db, params.id, 50) }, headers: SECRET_HEADERS }; // bodies hold signed media links
     },
   }),
   route({
@@ -88,6 +89,8 @@ export const activityRoutes = [
           'Content-Disposition': contentDisposition(fileName),
           'Cache-Control': 'private, no-store',
           'X-Content-Type-Options': 'nosniff',
+          // A sender's file, whatever type it claims: never a page that runs anything here.
+          'Content-Security-Policy': "sandbox; default-src 'none'",
         },
       };
     },

@@ -9,7 +9,7 @@ export function render(container, { api, onSignedIn }) {
     name: 'adminKey',
     type: 'password',
     hint: 'Kept only in this browser tab until you sign out or close it.',
-    attrs: { autocomplete: 'current-password', spellcheck: 'false', required: true },
+    attrs: { autocomplete: 'off', spellcheck: 'false', required: true }, // not offered to a password manager
   });
   const signInForm = form(
     { onsubmit: (event) => submit(event) },
