@@ -34,7 +34,7 @@ async function start(): Promise<() => Promise<void>> {
   relay.start();
   const runtime = new RemoteSessionRuntime({ db, bus, crypto, log, relay });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
-  const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, log });
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const resources = await kubernetesResources();
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });

@@ -34,7 +34,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   // One process owns a PGlite data dir, so the leases a restart finds there are its predecessor's.
   const dispatcher = await startDispatcher({ db, bus, crypto, config, log, metrics, leaseOwner: isEmbedded(db) ? 'embedded' : undefined });
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
-  const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, intervalMs: 3600_000, log });
+  const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, log });
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const vacuum = isEmbedded(db) ? startDatabaseVacuum({ db, log }) : undefined;
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });

@@ -11,7 +11,8 @@ export interface MediaRetentionOptions {
   db: Db;
   store: MediaStore;
   maxAgeMs: number;
-  intervalMs: number;
+  /** Default hourly. */
+  intervalMs?: number;
   /** The first sweep, this long after the start (default a minute, or intervalMs if shorter): a
    *  process restarted more often than intervalMs would otherwise never sweep. */
   firstRunAfterMs?: number;
@@ -24,10 +25,11 @@ export interface MediaRetentionOptions {
 export type MediaRetention = PeriodicJob<number>;
 
 export function startMediaRetention(opts: MediaRetentionOptions): MediaRetention {
+  const intervalMs = opts.intervalMs ?? 3_600_000;
   return startPeriodicJob(() => sweep(opts), {
     name: 'media retention sweep',
-    firstRunAfterMs: opts.firstRunAfterMs ?? Math.min(60_000, opts.intervalMs),
-    intervalMs: opts.intervalMs,
+    firstRunAfterMs: opts.firstRunAfterMs ?? Math.min(60_000, intervalMs),
+    intervalMs,
     log: opts.log,
   });
 }
