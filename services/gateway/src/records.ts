@@ -72,8 +72,8 @@ export function sendItemRecord(row: any) {
   };
 }
 
-/** `mediaUrl` gives a fresh link for a file still kept, undefined for one retention removed. */
-export function incomingRecord(row: any, mediaUrl: (mediaId: string) => string | undefined) {
+/** `row.media_kept`: whether its file is still kept (retention removes it). */
+export function incomingRecord(row: any, mediaUrl: (mediaId: string) => string) {
   const media = row.media ? json<Record<string, unknown>>(row.media) : null;
   return {
     id: row.id,
@@ -87,23 +87,15 @@ export function incomingRecord(row: any, mediaUrl: (mediaId: string) => string |
     name: row.name ?? null,
     type: row.type,
     text: row.text ?? null,
-    media: media ? withFreshLink(media, mediaUrl) : null,
+    media: media ? withFreshLink(media, Boolean(row.media_kept), mediaUrl) : null,
     createdAt: iso(row.created_at),
   };
 }
 
-/** The media ids incoming rows refer to (their files may have gone with retention). */
-export function incomingMediaIds(rows: any[]): string[] {
-  return rows.flatMap((row) => {
-    const mediaId = row.media ? json<{ mediaId?: string }>(row.media).mediaId : undefined;
-    return mediaId ? [mediaId] : [];
-  });
-}
-
 /** Stored media references carry a mediaId; links are signed at read time so they are fresh. */
-function withFreshLink(media: Record<string, unknown>, mediaUrl: (mediaId: string) => string | undefined) {
+function withFreshLink(media: Record<string, unknown>, kept: boolean, mediaUrl: (mediaId: string) => string) {
   const { mediaId, ...rest } = media as { mediaId?: string } & Record<string, unknown>;
   if (!mediaId || rest.downloadAvailable === false) return { ...rest, url: null };
-  const url = mediaUrl(mediaId);
-  return url ? { ...rest, url } : { ...rest, url: null, downloadAvailable: false, error: 'media_expired: the file is no longer kept (media retention)' };
+  if (!kept) return { ...rest, url: null, downloadAvailable: false, error: 'media_expired: the file is no longer kept (media retention)' };
+  return { ...rest, url: mediaUrl(mediaId) };
 }

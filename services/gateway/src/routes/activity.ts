@@ -6,7 +6,7 @@ import { route } from '../http/route.ts';
 import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
 import { EventRecord, IncomingRecord, listOf } from '../schemas.ts';
 import { assertStorableParams } from '../storable-input.ts';
-import { incomingMediaIds, incomingRecord } from '../records.ts';
+import { incomingRecord } from '../records.ts';
 import { loadInstance, SECRET_HEADERS } from './common.ts';
 
 const MEDIA_READ_TIMEOUT_MS = 20_000;
@@ -28,13 +28,16 @@ export const activityRoutes = [
     responses: { 200: listOf(IncomingRecord) },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      const rows = await deps.db('incoming').where({ instance_id: params.id }).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(50);
-      // A link only for a file retention has not removed yet.
-      const referenced = incomingMediaIds(rows);
-      const kept = new Set(referenced.length ? await deps.db('media').where({ instance_id: params.id }).whereIn('id', referenced).pluck('id') : []);
-      const link = mediaUrlFor(deps, params.id);
+      // With whether each message's file is still kept: a link only for a file retention has not removed.
+      const rows = await deps.db('incoming as i')
+        .leftJoin('media as m', 'm.id', deps.db.raw(`i.media ->> 'mediaId'`))
+        .where({ 'i.instance_id': params.id })
+        .orderBy('i.created_at', 'desc')
+        .orderBy('i.id', 'desc')
+        .limit(50)
+        .select('i.*', deps.db.raw('m.id is not null as media_kept'));
       // Signed media links work without a credential: kept out of caches like other secrets.
-      return { body: { data: rows.map((r) => incomingRecord(r, (mediaId) => (kept.has(mediaId) ? link(mediaId) : undefined))) }, headers: SECRET_HEADERS };
+      return { body: { data: rows.map((r) => incomingRecord(r, mediaUrlFor(deps, params.id))) }, headers: SECRET_HEADERS };
     },
   }),
   route({
