@@ -133,7 +133,7 @@ describe('baileys driver in the session worker', function () {
   });
 });
 
-describe('baileys driver: received messages under faults (the network sends none again)', function () {
+describe('baileys driver: received messages and receipts under faults (the network sends none again)', function () {
   this.timeout(20_000);
   let env: Env;
   before(async () => (env = await openEnv()));
@@ -157,6 +157,33 @@ describe('baileys driver: received messages under faults (the network sends none
         await holder.rollback();
       }
       await until(async () => (await env.db('incoming').where({ instance_id: instanceId, message_id: message.key.id })).length === 1, 'recorded once the database answers', 10_000);
+    } finally {
+      await runtime.close();
+    }
+  });
+
+  it('records a receipt the database could not take for a moment: the network sends none again', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'delivered during a database restart' });
+      await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'sent');
+      const holder = await env.db.transaction();
+      try {
+        await holder('send_items').where({ id: send.id }).forUpdate().first();
+        const S = proto.WebMessageInfo.Status;
+        network.current.emit('messages.update', [{ key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status: S.DELIVERY_ACK } }]);
+        // The statement recording it waits for the row; the server then ends its connection.
+        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the recording waits');
+      } finally {
+        await holder.rollback();
+      }
+      await until(async () => (await itemStatus(env.db, send.id)) === 'delivered', 'recorded once the database answers', 10_000);
+      const statuses = (await eventsOf(env.db, instanceId, 'message.status')).map((e) => e.data.status);
+      assert.deepEqual(statuses, ['sent', 'delivered']);
     } finally {
       await runtime.close();
     }

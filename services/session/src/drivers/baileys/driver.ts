@@ -84,7 +84,8 @@ export interface BaileysDriverOptions {
  *  out for 60 s and each further one for 20 s (six refs), then ends the socket (408), and a
  *  pairing code asked on it dies with it. */
 const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
-/** How long a received message waits for a database that cannot be reached before it is given up. */
+/** How long a received message or receipt waits for a database that cannot be reached before it
+ *  is given up. */
 const RECORD_RETRY_MS = 120_000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
@@ -441,16 +442,20 @@ export class BaileysDriver implements NetworkDriver {
     for (const msg of upsert.messages) await this.takeReceived(sock, msg);
   }
 
-  /** The network acknowledged the message before handing it over and will not send it again: a
-   *  database that cannot be reached for a moment (a restart, a failover) is waited for, in order,
-   *  rather than the message lost. Any other fault is logged, and the next message goes on. */
-  private async takeReceived(sock: BaileysSocket, msg: WAMessage): Promise<void> {
-    const messageId = msg.key?.id;
-    await retryWhileFailing(() => this.onLiveMessage(sock, msg), {
+  private takeReceived(sock: BaileysSocket, msg: WAMessage): Promise<void> {
+    return this.recordHandedOver('received message', msg.key?.id, () => this.onLiveMessage(sock, msg));
+  }
+
+  /** The network acknowledged what it handed over (a message, a receipt) and will not send it
+   *  again: a database that cannot be reached for a moment (a restart, a failover, a deadlock) is
+   *  waited for, in order, rather than the record lost. Any other fault is logged, and the next
+   *  one goes on. */
+  private async recordHandedOver(what: string, messageId: string | null | undefined, record: () => Promise<void>): Promise<void> {
+    await retryWhileFailing(record, {
       forMs: RECORD_RETRY_MS,
       worthRetrying: isDatabaseUnavailable,
-      onRetry: (error, retryInMs) => this.log.warn({ err: errorSummary(error), messageId, retryInMs }, 'the database is not reachable; recording the received message again'),
-    }).catch((error) => this.log.error({ err: errorSummary(error), messageId }, 'could not process a received message'));
+      onRetry: (error, retryInMs) => this.log.warn({ err: errorSummary(error), messageId, retryInMs }, `the database is not reachable; recording the ${what} again`),
+    }).catch((error) => this.log.error({ err: errorSummary(error), messageId }, `could not process a ${what}`));
   }
 
   private async onLiveMessage(sock: BaileysSocket, msg: WAMessage): Promise<void> {
@@ -489,7 +494,7 @@ export class BaileysDriver implements NetworkDriver {
 
   private async onReceipts(receipts: Receipt[]): Promise<void> {
     for (const receipt of receipts) {
-      if (this.receipts.accept(receipt)) await this.ctx.listener.onReceipt(receipt);
+      if (this.receipts.accept(receipt)) await this.recordHandedOver('receipt', receipt.messengerId, () => this.ctx.listener.onReceipt(receipt));
     }
   }
 
