@@ -1,6 +1,7 @@
 // Cluster mode end to end: gateway, session and dispatcher as separate processes on PostgreSQL and
 // NATS. The gateway reaches the session over NATS request/reply; sends and events cross the bus.
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { startCluster, type Cluster } from '../support/cluster.ts';
 import { ApiClient, eventually } from '../support/http.ts';
 import { createTestDatabase, NATS_URL, testNamespace } from '../support/services.ts';
@@ -82,3 +83,55 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     await waitForState(admin, inst.id, 'connected', 30_000);
   });
 });
+
+describe('cluster mode: a gateway stopped during a rollout (SHUTDOWN_DELAY_MS)', function () {
+  this.timeout(120_000);
+  let cluster: Cluster;
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+
+  before(async () => {
+    database = await createTestDatabase();
+    cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace: testNamespace(), dispatchers: 0, env: { SHUTDOWN_DELAY_MS: '2000' } });
+  });
+  after(async () => {
+    await cluster?.stop();
+    await database?.drop();
+  });
+
+  it('fails readiness at SIGTERM but serves what still comes for the delay, each answer closing its connection, then exits cleanly', async () => {
+    const admin = new ApiClient(cluster.url, cluster.adminKey);
+    assert.equal((await admin.get('/ready')).status, 200);
+    const signalled = performance.now();
+    const exited = cluster.gateway.stop(); // SIGTERM, as Kubernetes sends it with the endpoint's removal
+    const notReady = await eventually(async () => {
+      const ready = await admin.get('/ready');
+      return ready.status === 503 && ready.body;
+    }, 1_500, 'readiness fails at once');
+    assert.equal(notReady.code, 'not_ready');
+    assert.match(notReady.detail, /stopping/);
+
+    // A client (or a proxy) that has not heard yet is still served, on a new connection.
+    const created = await rawRequest(cluster.url, 'POST', '/api/instances', cluster.adminKey, { name: 'created while draining' });
+    assert.equal(created.status, 201, created.body);
+    assert.equal(created.connection, 'close', 'its next request goes to another replica');
+    assert.equal((await admin.get(`/api/instances/${JSON.parse(created.body).id}`)).status, 200);
+
+    assert.equal(await exited, 0);
+    assert.ok(performance.now() - signalled >= 1_900, 'it served for the whole delay');
+    await assert.rejects(fetch(`${cluster.url}/health`), 'the port is closed once it has stopped');
+  });
+});
+
+/** One request on its own connection (node:http, which shows the Connection header fetch hides). */
+function rawRequest(base: string, method: string, path: string, key: string, body: unknown): Promise<{ status: number; connection: string | undefined; body: string }> {
+  const payload = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(new URL(path, base), { method, agent: false, headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) } }, (res) => {
+      let text = '';
+      res.on('data', (d: Buffer) => (text += d.toString('utf8')));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection, body: text }));
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}

@@ -24,6 +24,8 @@ export interface Config {
   mediaRetentionMs: number;
   eventRetentionMs: number;
   sandboxReceiptDelayMs: number;
+  /** How long a stopping gateway keeps serving (its readiness 503) before it closes its port. */
+  shutdownDelayMs: number;
   logLevel: string;
   instanceId: string | undefined; // cluster-mode session process: the one instance it serves
 }
@@ -97,6 +99,7 @@ export function loadConfig(env: Env = process.env): Config {
     mediaRetentionMs: read.int('MEDIA_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
     eventRetentionMs: read.int('EVENT_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
     sandboxReceiptDelayMs: read.int('SANDBOX_RECEIPT_DELAY_MS', 50, 0, 3_600_000),
+    shutdownDelayMs: read.int('SHUTDOWN_DELAY_MS', 0, 0, 120_000),
     logLevel: read.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),
     instanceId: read.optional('INSTANCE_ID', (v) => (/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/.test(v) ? v : 'must be an instance id')),
   };

@@ -15,11 +15,18 @@ export async function startStep<T>(variable: string, what: string, step: () => P
   }
 }
 
-/** `start` returns the function that stops what it started. A SIGTERM/SIGINT that comes while it
- *  is still starting (a pod stopped during start-up) stops it as soon as it has started, rather
- *  than killing it half-way; either way `stopTimeoutMs` bounds the wait. */
-export function runService(name: string, start: () => Promise<() => Promise<void>>, opts: { stopTimeoutMs?: number } = {}): void {
-  let stop: (() => Promise<void>) | undefined;
+/** How long a stop may take before the process exits anyway. */
+export const STOP_TIMEOUT_MS = 20_000;
+
+/** What `start` returns: the function that stops what it started, with the time its stop needs
+ *  when that is longer than STOP_TIMEOUT_MS (a gateway's drain comes first). */
+export type StopService = (() => Promise<void>) & { timeoutMs?: number };
+
+/** A SIGTERM/SIGINT that comes while the service is still starting (a pod stopped during
+ *  start-up) stops it as soon as it has started, rather than killing it half-way; either way the
+ *  stop's time-out bounds the wait. */
+export function runService(name: string, start: () => Promise<StopService>): void {
+  let stop: StopService | undefined;
   let signalled: string | undefined;
   const stopNow = (signal: string, stopService: () => Promise<void>) =>
     stopService().then(
@@ -36,7 +43,7 @@ export function runService(name: string, start: () => Promise<() => Promise<void
     const force = setTimeout(() => {
       console.error(`${name}: stop after ${signal} took too long; exiting`);
       process.exit(1);
-    }, opts.stopTimeoutMs ?? 20_000);
+    }, stop?.timeoutMs ?? STOP_TIMEOUT_MS);
     force.unref();
     if (stop) stopNow(signal, stop);
   };

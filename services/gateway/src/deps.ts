@@ -5,6 +5,7 @@
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime, SpecStamp } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
 import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';
+import type { StopState } from './listen.ts';
 import type { InstanceChanges, InstanceDesiredState } from './kubernetes/instance-resources.ts';
 
 export interface GatewayDeps {
@@ -26,6 +27,8 @@ export interface GatewayDeps {
   sendItems: SendItemWriter;
   /** Finds instance tokens, grouped per query. */
   instanceTokens: InstanceTokenLookup;
+  /** Set once the server begins to stop (listen's `close`): readiness fails from then on. */
+  stopState?: StopState;
 }
 
 /** Kubernetes Instance/Project resources written by the gateway in cluster mode. */

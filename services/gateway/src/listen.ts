@@ -1,4 +1,4 @@
-import { createServer, STATUS_CODES, type Server, type ServerResponse } from 'node:http';
+import { createServer, ServerResponse, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
 import { Problem } from '@switchboard/core';
@@ -8,12 +8,34 @@ const KEEP_ALIVE_MS = 65_000;
 /** How long a stopping server lets the requests under way finish before it cuts them off. */
 const STOP_GRACE_MS = 10_000;
 
-/** Starts an HTTP server for the app; resolves with it and the bound port. `close` stops taking
- *  connections, closes the idle ones, and lets the requests under way finish (a send being
- *  accepted gets its answer) for up to `graceMs`, then cuts off what is left. */
-export function listen(app: Koa, port: number, host: string): Promise<{ server: Server; port: number; close(graceMs?: number): Promise<void> }> {
+/** Whether the server has begun to stop: set by `close`, read by the readiness route. */
+export interface StopState {
+  stopping: boolean;
+}
+
+export interface CloseOptions {
+  /** How long to keep serving first, each answer closing its connection, while the load balancer
+   *  takes the process out of rotation (Kubernetes removes a stopping pod's endpoint while the
+   *  pod already has its SIGTERM: closing at once refuses the connections still sent to it). */
+  drainMs?: number;
+  /** How long the requests under way may then run before they are cut off. */
+  graceMs?: number;
+}
+
+export interface ListeningServer {
+  server: Server;
+  port: number;
+  close(opts?: CloseOptions): Promise<void>;
+}
+
+/** Starts an HTTP server for the app; resolves with it and the bound port. `close` marks `state`
+ *  stopping, drains, stops taking connections, closes the idle ones, and lets the requests under
+ *  way finish (a send being accepted gets its answer) for up to `graceMs`, then cuts off what is
+ *  left. */
+export function listen(app: Koa, port: number, host: string, state: StopState = { stopping: false }): Promise<ListeningServer> {
+  const answering = new WeakMap<object, number>();
   // Node would answer a missing Host with a bare 400; the app answers it with a problem document.
-  const server = createServer({ requireHostHeader: false }, app.callback());
+  const server = createServer({ requireHostHeader: false, ServerResponse: drainingResponse(state, answering) }, app.callback());
   server.requestTimeout = 120_000; // large media uploads on slow links
   server.headersTimeout = 30_000;
   // An idle keep-alive connection stays open longer than the proxies in front keep theirs (a cloud
@@ -27,7 +49,7 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
     res.writeHead(417, { 'Content-Type': 'application/problem+json', 'Content-Length': Buffer.byteLength(body), Connection: 'close' }).end(body);
   });
   server.on('connect', (_req, socket: Duplex) => writeProblem(socket, 405, 'method_not_allowed', 'CONNECT is not allowed: this is not a proxy.'));
-  const stop = gracefulStop(server);
+  const stop = gracefulStop(server, state, answering);
   return new Promise((resolve, reject) => {
     // A start that cannot listen names what to change (DESIGN §4: one line naming the variable).
     server.once('error', (err) => reject(new Error(`HOST/PORT: cannot listen on ${host}:${port} (${err.message})`)));
@@ -43,29 +65,35 @@ export function listen(app: Koa, port: number, host: string): Promise<{ server: 
   });
 }
 
-/** The server's stop: no new connections; idle ones (also those that never sent a request,
- *  which Node's closeIdleConnections keeps) closed now, and each busy one as soon as it has
- *  answered everything it was asked (pipelined requests too), instead of being kept alive for
- *  more; whatever runs past `graceMs` is cut off. */
-function gracefulStop(server: Server): (graceMs?: number) => Promise<void> {
+/** The server's stop: first a drain, in which every answer closes its connection (clients open
+ *  their next one to another replica); then no new connections; idle ones (also those that never
+ *  sent a request, which Node's closeIdleConnections keeps) closed now, and each busy one as soon
+ *  as it has answered everything it was asked (pipelined requests too), instead of being kept
+ *  alive for more; whatever runs past `graceMs` is cut off. */
+function gracefulStop(server: Server, state: StopState, answering: WeakMap<object, number>): (opts?: CloseOptions) => Promise<void> {
   const sockets = new Set<Duplex>();
   const underWay = new Set<ServerResponse>();
-  let stopping = false;
+  let closing = false;
   server.on('connection', (socket: Duplex) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
   });
-  server.on('request', (_req, res: ServerResponse) => {
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     underWay.add(res);
+    const socket = req.socket;
+    answering.set(socket, (answering.get(socket) ?? 0) + 1);
     res.once('close', () => {
       underWay.delete(res);
+      answering.set(socket, (answering.get(socket) ?? 1) - 1);
       // Once Node has taken the answer off its connection: idle now unless more are queued on it.
-      if (stopping) setImmediate(() => server.closeIdleConnections());
+      if (closing) setImmediate(() => server.closeIdleConnections());
     });
   });
-  return (graceMs = STOP_GRACE_MS) =>
-    new Promise<void>((resolve) => {
-      stopping = true;
+  return async ({ drainMs = 0, graceMs = STOP_GRACE_MS } = {}) => {
+    state.stopping = true;
+    if (drainMs > 0) await new Promise((resolve) => setTimeout(resolve, drainMs));
+    await new Promise<void>((resolve) => {
+      closing = true;
       const cutOff = setTimeout(() => server.closeAllConnections(), graceMs);
       server.close(() => {
         clearTimeout(cutOff);
@@ -74,6 +102,19 @@ function gracefulStop(server: Server): (graceMs?: number) => Promise<void> {
       const busy = new Set<unknown>([...underWay].map((res) => res.socket));
       for (const socket of sockets) if (!busy.has(socket)) socket.destroy();
     });
+  };
+}
+
+/** The server's responses: once the server is stopping, an answer closes its connection, so the
+ *  client's next request goes to another replica instead of racing the close. Not one with more
+ *  requests under way behind it on the same connection (pipelined): Node would drop their answers. */
+function drainingResponse(state: StopState, answering: WeakMap<object, number>) {
+  return class DrainingResponse extends ServerResponse {
+    override writeHead(statusCode: number, ...rest: unknown[]): this {
+      if (state.stopping && this.socket && answering.get(this.socket) === 1) this.shouldKeepAlive = false;
+      return super.writeHead.apply(this, [statusCode, ...rest] as Parameters<ServerResponse['writeHead']>);
+    }
+  };
 }
 
 /** Connections whose refused bytes are answered once the responses due before them are sent. */

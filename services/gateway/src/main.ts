@@ -1,6 +1,6 @@
 // The gateway process of cluster mode (PostgreSQL + NATS; sessions run as their own pods and are
 // reached over NATS; Instance resources are kept in step when running inside Kubernetes).
-import { OutboxRelay, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startEventRetention, startTelemetry, withChosenPort } from '@switchboard/core';
+import { OutboxRelay, STOP_TIMEOUT_MS, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startEventRetention, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
 import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
@@ -14,7 +14,7 @@ async function kubernetesResources(): Promise<InstanceResources | undefined> {
   return KubernetesInstanceResources.fromEnvironment();
 }
 
-async function start(): Promise<() => Promise<void>> {
+async function start(): Promise<StopService> {
   const environment = readEnvironment({
     config: () => loadConfig(),
     required: () =>
@@ -37,20 +37,22 @@ async function start(): Promise<() => Promise<void>> {
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, log });
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const resources = await kubernetesResources();
-  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
-  const http = await listen(app, config.port, config.host);
+  const stopState = { stopping: false };
+  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db), stopState });
+  const http = await listen(app, config.port, config.host, stopState);
   log.info({ port: http.port, kubernetes: Boolean(resources) }, 'gateway listening');
 
-  return async function stop() {
-    log.info('gateway stopping');
-    await http.close();
+  async function stop() {
+    log.info({ drainMs: config.shutdownDelayMs }, 'gateway stopping');
+    await http.close({ drainMs: config.shutdownDelayMs });
     await sweeper.stop();
     await Promise.all([retention.stop(), eventRetention.stop()]);
     await runtime.close();
     await relay.stop();
     await platform.close();
     await telemetry.shutdown();
-  };
+  }
+  return Object.assign(stop, { timeoutMs: STOP_TIMEOUT_MS + config.shutdownDelayMs });
 }
 
 runService('gateway', start);

@@ -152,8 +152,40 @@ describe('listen', function () {
     const cut = exchangeWith(stopping.port, ['GET /hang HTTP/1.1\r\nHost: x\r\n\r\n']).catch(() => ''); // closed or reset
     await arrived.happened;
     const started = performance.now();
-    await stopping.close(200);
+    await stopping.close({ graceMs: 200 });
     assert.ok(performance.now() - started >= 190, 'it had its grace period');
     assert.equal(await cut, '', 'closed without an answer once the grace period was over');
+  });
+
+  it('drains first: says it is stopping, keeps answering new and kept-alive connections, each answer closing its connection', async () => {
+    const app = new Koa();
+    app.use(async (ctx) => (ctx.body = { path: ctx.path }));
+    const state = { stopping: false };
+    const stopping = await listen(app, 0, '127.0.0.1', state);
+    const kept = connect(stopping.port, '127.0.0.1');
+    let keptAnswer = '';
+    kept.on('data', (d) => (keptAnswer += d.toString('utf8')));
+    const keptClosed = new Promise((r) => kept.on('close', r));
+    kept.write('GET /before HTTP/1.1\r\nHost: x\r\n\r\n');
+    while (!keptAnswer.includes('"/before"')) await new Promise((r) => setTimeout(r, 10));
+    assert.match(keptAnswer, /Connection: keep-alive/i);
+
+    const closed = stopping.close({ drainMs: 600 });
+    assert.equal(state.stopping, true, 'the readiness route can say so at once');
+    kept.write('GET /kept HTTP/1.1\r\nHost: x\r\n\r\n');
+    await keptClosed;
+    assert.deepEqual(statuses(keptAnswer), [200, 200], keptAnswer);
+    assert.match(keptAnswer.slice(keptAnswer.indexOf('"/before"')), /Connection: close[\s\S]*"\/kept"/i, 'the kept-alive connection was answered, then closed');
+
+    const fresh = await exchangeWith(stopping.port, ['GET /new HTTP/1.1\r\nHost: x\r\n\r\n']);
+    assert.deepEqual(statuses(fresh), [200], 'a connection opened while draining is still served');
+    assert.match(fresh, /Connection: close/i);
+
+    const pipelined = await exchangeWith(stopping.port, ['GET /one HTTP/1.1\r\nHost: x\r\n\r\nGET /two HTTP/1.1\r\nHost: x\r\n\r\n']);
+    assert.deepEqual(statuses(pipelined), [200, 200], 'no pipelined answer is dropped');
+    assert.match(pipelined, /"\/two"/);
+
+    await closed;
+    await assert.rejects(new Promise((resolve, reject) => connect(stopping.port, '127.0.0.1', () => resolve(undefined)).on('error', reject)));
   });
 });

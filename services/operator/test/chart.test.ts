@@ -281,6 +281,14 @@ describe('chart, CRDs and examples', function () {
     assert.deepEqual(env.find((e) => e.name === 'DISPATCHER_REPLICA_NAME')!.valueFrom, { fieldRef: { fieldPath: 'metadata.uid' } });
   });
 
+  it('lets a stopping gateway drain: SHUTDOWN_DELAY_MS, and a grace period that covers it and the stop after it', () => {
+    const spec = (sets: string[]) => find(template([...REQUIRED, ...sets]), 'Deployment', 'sb-switchboard-gateway')!.spec.template.spec;
+    const delayOf = (s: Obj) => (s.containers[0].env as Obj[]).find((e) => e.name === 'SHUTDOWN_DELAY_MS')!.value;
+    assert.deepEqual([delayOf(spec([])), spec([]).terminationGracePeriodSeconds], ['5000', 30]);
+    const longer = spec(['gateway.shutdownDelaySeconds=15']);
+    assert.deepEqual([delayOf(longer), longer.terminationGracePeriodSeconds], ['15000', 40]);
+  });
+
   it('ships the same CRDs in the chart as in crds/', () => {
     for (const file of ['instances.switchboard.dev.yaml', 'projects.switchboard.dev.yaml']) {
       assert.equal(readFileSync(root(`charts/switchboard/crds/${file}`), 'utf8'), readFileSync(root(`crds/${file}`), 'utf8'), file);

@@ -37,8 +37,9 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, log });
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const vacuum = isEmbedded(db) ? startDatabaseVacuum({ db, log }) : undefined;
-  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db) });
-  const http = await listen(app, config.port, config.host);
+  const stopState = { stopping: false };
+  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db), stopState });
+  const http = await listen(app, config.port, config.host, stopState);
   await runtime.resumeAll();
 
   const url = `http://${config.host === '0.0.0.0' ? '127.0.0.1' : config.host}:${http.port}`;
@@ -51,7 +52,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
     runtime,
     relay,
     async stop() {
-      await http.close();
+      await http.close({ drainMs: config.shutdownDelayMs });
       await sweeper.stop();
       await Promise.all([retention.stop(), eventRetention.stop(), vacuum?.stop()]);
       await runtime.close();

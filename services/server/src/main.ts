@@ -1,8 +1,8 @@
 // `make run`: the embedded server. Prints where it listens and, on first start, the admin key.
-import { checkTelemetryEnv, loadConfig, readEnvironment, runService, startTelemetry, withChosenPort } from '@switchboard/core';
+import { STOP_TIMEOUT_MS, checkTelemetryEnv, loadConfig, readEnvironment, runService, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
 import { startEmbeddedServer } from './embedded.ts';
 
-async function start(): Promise<() => Promise<void>> {
+async function start(): Promise<StopService> {
   const environment = readEnvironment({ config: () => loadConfig(), telemetry: () => checkTelemetryEnv() });
   const config = await withChosenPort(environment.config);
   console.log(`Switchboard: starting (data in ${config.dataDir}, driver ${config.networkDriver}, ${config.databaseUrl ? 'PostgreSQL' : 'embedded PGlite'}, ${config.natsUrl ? 'NATS' : 'in-process bus'})…`);
@@ -16,11 +16,12 @@ async function start(): Promise<() => Promise<void>> {
   } else if (!config.adminApiKey) {
     console.log(`Switchboard: administrative key is in ${config.dataDir}/admin-key`);
   }
-  return async function stop() {
-    console.log('Switchboard: stopping…');
+  async function stop() {
+    console.log(config.shutdownDelayMs ? `Switchboard: stopping (serving ${config.shutdownDelayMs} ms more while the load balancer lets go)…` : 'Switchboard: stopping…');
     await server.stop();
     await telemetry.shutdown();
-  };
+  }
+  return Object.assign(stop, { timeoutMs: STOP_TIMEOUT_MS + config.shutdownDelayMs });
 }
 
 runService('Switchboard', start);
