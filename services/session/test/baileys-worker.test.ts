@@ -9,7 +9,7 @@ import { createServer, type Server } from 'node:http';
 import { readFile, unlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { encryptedStream, proto, type WAMessage } from '@whiskeysockets/baileys';
+import { DisconnectReason, encryptedStream, proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
 import { serveSessionRpc } from '../src/rpc-server.ts';
@@ -184,6 +184,48 @@ describe('baileys driver: received messages and receipts under faults (the netwo
       await until(async () => (await itemStatus(env.db, send.id)) === 'delivered', 'recorded once the database answers', 10_000);
       const statuses = (await eventsOf(env.db, instanceId, 'message.status')).map((e) => e.data.status);
       assert.deepEqual(statuses, ['sent', 'delivered']);
+    } finally {
+      await runtime.close();
+    }
+  });
+
+  /** A connected session whose socket drops; resolves with the next socket once it is back
+   *  ("open") but still holding what the server hands over from offline, as Baileys does. */
+  async function reconnectedHoldingEvents(network: StandInNetwork, runtime: LocalSessionRuntime, instanceId: string): Promise<StandInNetwork['current']> {
+    const sockets = network.sockets.length;
+    await network.current.drop(DisconnectReason.connectionLost);
+    await until(() => network.sockets.length === sockets + 1, 'a new socket');
+    const socket = network.current;
+    await new Promise((resolve) => setTimeout(resolve, 20)); // its first tick: logged in, it buffers
+    socket.emit('connection.update', { connection: 'open' }); // CB:success; the offline hand-over follows
+    await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected again');
+    return socket;
+  }
+
+  it('records what Baileys held back from an offline hand-over when the socket drops, or the session stops, before it ends', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    const recorded = async (m: WAMessage) => (await env.db('incoming').where({ instance_id: instanceId, message_id: m.key.id })).length === 1;
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'read while we were away' });
+      await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'sent');
+
+      const dropped = await reconnectedHoldingEvents(network, runtime, instanceId);
+      const whileAway = inbound({ conversation: 'sent while the session was offline' });
+      dropped.emit('messages.upsert', { messages: [whileAway], type: 'append' }); // acknowledged, held
+      dropped.emit('messages.update', [{ key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status: proto.WebMessageInfo.Status.READ } }]);
+      await dropped.drop(DisconnectReason.connectionLost); // before the hand-over ended
+      await until(() => recorded(whileAway), 'the held message is recorded', 10_000);
+      await until(async () => (await itemStatus(env.db, send.id)) === 'read', 'the held receipt is recorded');
+
+      const stopped = await reconnectedHoldingEvents(network, runtime, instanceId);
+      const beforeStop = inbound({ conversation: 'handed over just before a disconnect' });
+      stopped.emit('messages.upsert', { messages: [beforeStop], type: 'append' });
+      await runtime.stop(instanceId); // POST …/disconnect, a SIGTERM or a lost owner lock
+      assert.ok(await recorded(beforeStop), 'recorded before the stop finished');
     } finally {
       await runtime.close();
     }

@@ -273,6 +273,7 @@ export class BaileysDriver implements NetworkDriver {
 
   private async closeSocket(): Promise<void> {
     const sock = this.sock;
+    sock?.ev.flush(); // what Baileys holds is taken while the socket is current (see subscribe)
     this.stopRunning();
     if (sock) await sock.end(undefined).catch((error) => this.log.warn({ err: errorSummary(error) }, 'socket end failed'));
   }
@@ -347,7 +348,11 @@ export class BaileysDriver implements NetworkDriver {
       if (current() && this.creds) this.writeCreds(this.creds);
     });
     // Readiness for pairing is signalled at once, not behind queued events.
+    // A logged-in socket holds its events until the server has handed over what it kept offline,
+    // and a socket that ends before then (dropped, replaced) discards them, although it told the
+    // server they arrived: they are taken first, ahead of the close.
     sock.ev.on('connection.update', (update) => {
+      if (update.connection === 'close') sock.ev.flush();
       if (current() && update.qr) this.markReady(sock);
     });
     on('connection.update', (update) => this.onConnectionUpdate(sock, update));
