@@ -2,7 +2,7 @@
 // row (once per message id, so a redelivered message is recorded once), its media is archived,
 // and a `message.received` event is recorded in the same statement as the row.
 import type { Knex } from 'knex';
-import { newId, recordEvent, recordEventAfter, toStorableText, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate, withDeadline } from '@switchboard/core';
+import { isDatabaseUnavailable, newId, recordEvent, recordEventAfter, toStorableText, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate, withDeadline } from '@switchboard/core';
 import type { MediaArchive } from './media-archive.ts';
 
 export interface InboundDeps {
@@ -98,21 +98,22 @@ async function archiveMedia(deps: InboundDeps, media: InboundMedia): Promise<Sto
     // Single-view media is announced but never archived (spec, Limits).
     return { ...info, viewOnce: true, error: 'view_once: single-view media is not archived' };
   }
+  let bytes: Uint8Array;
   try {
-    const bytes = await withDeadline(media.download(), deps.downloadTimeoutMs, () => new Error(`timed out after ${deps.downloadTimeoutMs} ms`));
-    const stored = await deps.media.store({
-      instanceId: deps.instanceId,
-      direction: 'inbound',
-      mimetype: media.mimetype,
-      fileName: media.fileName,
-      seconds: media.seconds,
-      voiceNote: media.voiceNote,
-      bytes,
-    });
-    return { ...info, mediaId: stored.id, downloadAvailable: true };
+    bytes = await withDeadline(media.download(), deps.downloadTimeoutMs, () => new Error(`timed out after ${deps.downloadTimeoutMs} ms`));
   } catch (err) {
     deps.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'inbound: media download failed');
     return { ...info, error: `download_failed: ${err instanceof Error ? err.message : 'the media could not be downloaded'}` };
+  }
+  try {
+    const stored = await deps.media.store({ instanceId: deps.instanceId, direction: 'inbound', mimetype: media.mimetype, fileName: media.fileName, seconds: media.seconds, voiceNote: media.voiceNote, bytes });
+    return { ...info, mediaId: stored.id, downloadAvailable: true };
+  } catch (err) {
+    // A database away for a moment fails the whole message, which the driver records again (and
+    // downloads again) once it answers; reported as a failed download, the file was lost for good.
+    if (isDatabaseUnavailable(err)) throw err;
+    deps.log.error({ err: err instanceof Error ? err.message : String(err) }, 'inbound: the downloaded media could not be stored');
+    return { ...info, error: 'store_failed: the media was downloaded but could not be stored' };
   }
 }
 

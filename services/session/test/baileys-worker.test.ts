@@ -189,6 +189,36 @@ describe('baileys driver: received messages and receipts under faults (the netwo
     }
   });
 
+  it('keeps the file of a received message whose media row the database could not take for a moment', async () => {
+    const files = await mediaServer();
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 2_000, mediaUrlAllowed: (url) => url.hostname === '127.0.0.1' });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const plain = randomBytes(2_000);
+      const photo = inbound({ imageMessage: { ...(await encryptedImage(files, '/photo', plain)), caption: 'during a restart' } });
+      const holder = await env.db.transaction();
+      try {
+        await holder.raw('lock table media in access exclusive mode');
+        network.current.emit('messages.upsert', { messages: [photo], type: 'notify' });
+        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the media row waits');
+      } finally {
+        await holder.rollback();
+      }
+      const receivedEvent = async () => (await eventsOf(env.db, instanceId, 'message.received')).find((e) => e.data.messageId === photo.key.id);
+      await until(async () => (await receivedEvent()) !== undefined, 'recorded once the database answers', 10_000);
+      const received = (await receivedEvent())!;
+      assert.deepEqual([received.data.media.downloadAvailable, received.data.media.error], [true, undefined]);
+      const mediaId = decodeURIComponent(new URL(received.data.media.url).pathname.split('/').pop()!);
+      assert.deepEqual(Buffer.from(await env.media.read(mediaId)), plain);
+    } finally {
+      await runtime.close();
+      await files.close();
+    }
+  });
+
   /** A connected session whose socket drops; resolves with the next socket once it is back
    *  ("open") but still holding what the server hands over from offline, as Baileys does. */
   async function reconnectedHoldingEvents(network: StandInNetwork, runtime: LocalSessionRuntime, instanceId: string): Promise<StandInNetwork['current']> {
