@@ -13,7 +13,8 @@ import makeWASocket, {
 } from '@whiskeysockets/baileys';
 
 export interface BaileysSocket {
-  ev: BaileysEventEmitter;
+  /** Also releases the events a logged-in socket holds until the offline hand-over ends. */
+  ev: BaileysEventEmitter & { flush(): boolean };
   user: Contact | undefined;
   requestPairingCode(phoneNumber: string, customPairingCode?: string): Promise<string>;
   /** Unlinks this device, then closes the socket with 401. */
