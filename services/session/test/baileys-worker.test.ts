@@ -189,6 +189,29 @@ describe('baileys driver: received messages and receipts under faults (the netwo
     }
   });
 
+  it('records the echo of an own send that the database could not take for a moment', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const holder = await env.db.transaction();
+      let send: Awaited<ReturnType<typeof enqueueSend>>;
+      try {
+        await holder.raw('lock table incoming in access exclusive mode');
+        send = await enqueueSend(env, instanceId, { phone: PEER, text: 'echoed during a database restart' });
+        await until(() => network.relayed.length === 1, 'relayed');
+        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the echo waits');
+      } finally {
+        await holder.rollback();
+      }
+      await until(async () => (await env.db('incoming').where({ instance_id: instanceId, message_id: send.messengerId, from_api: true })).length === 1, 'the echo is recorded once the database answers', 10_000);
+    } finally {
+      await runtime.close();
+    }
+  });
+
   it('keeps the file of a received message whose media row the database could not take for a moment', async () => {
     const files = await mediaServer();
     const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });

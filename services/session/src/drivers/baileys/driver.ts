@@ -648,10 +648,12 @@ export class BaileysDriver implements NetworkDriver {
       isOwnSend: async () => true,
       download: async () => media ?? new Uint8Array(),
     };
-    this.events.post(async () => {
-      const inbound = await normaliseMessage(full, deps);
-      if (inbound) await this.ctx.listener.onMessage(inbound);
-    });
+    this.events.post(() =>
+      this.recordHandedOver('echo of a send', msg.messengerId, async () => {
+        const inbound = await normaliseMessage(full, deps);
+        if (inbound) await this.ctx.listener.onMessage(inbound);
+      }),
+    );
   }
 }
 
