@@ -5,6 +5,7 @@ import type { Knex } from 'knex';
 import {
   busDefaults,
   DbAuthStore,
+  isDatabaseUnavailable,
   problems,
   recordConnectionState,
   subjects,
@@ -20,12 +21,16 @@ import {
   type Subscription,
 } from '@switchboard/core';
 import { requeueQueuedCommands } from './command-requeue.ts';
+import { retryWhileFailing } from './retry-while-failing.ts';
 import { recordInbound, recordPresence } from './inbound.ts';
 import type { MediaArchive } from './media-archive.ts';
 import { ownerLockFor, type OwnerLock } from './owner-lock.ts';
 import { SendCommandHandler } from './send-command.ts';
 import { applyReceipt, markUncertain, type SendItemRow } from './send-items.ts';
 import { SettingsCache } from './settings-cache.ts';
+
+/** How long a connection state the network reported waits for a database that cannot be reached. */
+const STATE_RECORD_RETRY_MS = 60_000;
 
 /** Queued items are published again once they are this close to the commands stream's max age
  *  (before the stream can have dropped their command; a repeat is harmless). */
@@ -367,11 +372,23 @@ export class SessionWorker {
     if (!this.running && !evenWhenStopped) return;
     const wasConnected = this.connection === 'connected';
     this.connection = state;
-    if (await recordConnectionState(this.opts.db, this.instanceId, state, info)) this.opts.relay.kick();
-    // Settings are refreshed in the background only while connected: catch up on connecting,
-    // before the messages and calls that arrive with the connection read them.
-    if (state === 'connected' && !wasConnected) await this.settings.reload().catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
-    if (!evenWhenStopped) this.setConsuming(state === 'connected');
+    try {
+      // A state the network reported waits for a database that is away for a moment (its
+      // connection.update would be lost), while the session runs.
+      const recorded = await retryWhileFailing(() => recordConnectionState(this.opts.db, this.instanceId, state, info), {
+        forMs: evenWhenStopped ? 0 : STATE_RECORD_RETRY_MS,
+        worthRetrying: (err) => this.running && isDatabaseUnavailable(err),
+        onRetry: (err, retryInMs) => this.log.warn({ err: String(err), state, retryInMs }, 'session: the database is not reachable; recording the connection state again'),
+      });
+      if (recorded) this.opts.relay.kick();
+      // Settings are refreshed in the background only while connected: catch up on connecting,
+      // before the messages and calls that arrive with the connection read them.
+      if (state === 'connected' && !wasConnected) await this.settings.reload().catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
+    } finally {
+      // Commands follow the connection even when its record failed: queued sends must not wait
+      // for the next change of state.
+      if (!evenWhenStopped) this.setConsuming(state === 'connected');
+    }
   }
 
   // ---- command consumer ----

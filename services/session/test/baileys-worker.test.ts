@@ -189,6 +189,33 @@ describe('baileys driver: received messages and receipts under faults (the netwo
     }
   });
 
+  it('records a connection the database could not take for a moment, and sends meanwhile', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const runtime = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance();
+    try {
+      await pairAndConnect(env, runtime, network, instanceId);
+      const sockets = network.sockets.length;
+      await network.current.drop(DisconnectReason.connectionLost);
+      await until(() => network.sockets.length === sockets + 1, 'a new socket');
+      await until(async () => (await instanceRow(env.db, instanceId)).state !== 'connected', 'the drop is recorded');
+      const holder = await env.db.transaction();
+      try {
+        await holder.raw('lock table instances in access exclusive mode');
+        network.current.open();
+        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the connected state waits');
+      } finally {
+        await holder.rollback();
+      }
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected is recorded once the database answers', 10_000);
+      const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'after the reconnect' });
+      await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'the queue is consumed', 10_000);
+    } finally {
+      await runtime.close();
+    }
+  });
+
   it('records the echo of an own send that the database could not take for a moment', async () => {
     const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
     const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
