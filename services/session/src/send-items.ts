@@ -92,8 +92,10 @@ export function isExpired(item: SendItemRow, now = new Date()): boolean {
 
 // Receipts move an item forward only: sent < delivered < read < played. `sending` and
 // `uncertain` may advance too, since a receipt proves the message left. A `failed` receipt counts
-// only before the network took the message (`sending`, `uncertain`), as the drivers report it: after
-// `sent` it would move the item back. failed is terminal.
+// until a recipient's receipt came (`sending`, `uncertain`, `sent`): the drivers report it only
+// before the server acknowledged the message, and `sent` is recorded when the message left the
+// socket, before the server answered (it may refuse it). After `delivered` it would move the item
+// back. failed is terminal.
 const RECEIPT_RANK: Partial<Record<ItemStatus, number>> = { sending: 0, uncertain: 0, sent: 1, delivered: 2, read: 3, played: 4 };
 
 /** Applies a network receipt; records `message.status` only when the item moved forward. */
@@ -108,7 +110,7 @@ export async function applyReceipt(trx: Knex.Transaction, instanceId: string, me
 
 async function moveForward(trx: Knex.Transaction, item: SendItemRow, current: number, status: DeliveryStatus): Promise<boolean> {
   if (status === 'failed') {
-    if (current > 0) return false;
+    if (current > RECEIPT_RANK.sent!) return false;
     const error = { code: 'network_failed', message: 'The network reported the message as failed.' };
     await setStatus(trx, item, [item.status], 'failed', error);
     await recordSendFailure(trx, item, error);

@@ -107,6 +107,16 @@ describe('baileys driver in the session worker', function () {
     assert.deepEqual([echo?.from_me, echo?.from_api], [true, true]);
   });
 
+  it('fails a send the server refuses after it left the socket (an error acknowledgement)', async () => {
+    await connect();
+    const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'refused by the server' });
+    await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'sent');
+    network.current.emit('messages.update', [{ key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status: proto.WebMessageInfo.Status.ERROR, messageStubParameters: ['463'] } }]);
+    await until(async () => (await itemStatus(env.db, send.id)) === 'failed', 'failed');
+    const outcome = (await eventsOf(env.db, instanceId)).filter((e) => e.data.messageId === send.id).map((e) => (e.type === 'message.status' ? `status:${e.data.status}` : e.type));
+    assert.deepEqual(outcome, ['message.sent', 'status:sent', 'message.failed', 'status:failed']);
+  });
+
   it('archives received media, reports unavailable media with url null and an error, never archives view-once', async () => {
     await connect();
     const plain = randomBytes(2_000);
