@@ -5,6 +5,7 @@
 // creates the new one once it is gone.
 import { createHash } from 'node:crypto';
 import type { V1Affinity, V1EnvVar, V1LocalObjectReference, V1ObjectMeta, V1Pod, V1PodSecurityContext, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
+import { SESSION_STOP_TIMEOUT_MS } from '@switchboard/core';
 import { API_VERSION, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_HASH_ANNOTATION, sessionPodName, type Instance } from './resources.ts';
 
 export interface SessionPodSettings {
@@ -62,7 +63,8 @@ export function sessionPod(instance: Instance, settings: SessionPodSettings): V1
     restartPolicy: 'Always',
     serviceAccountName: settings.serviceAccountName,
     automountServiceAccountToken: false,
-    terminationGracePeriodSeconds: 30,
+    // The session's own stop time-out (what the network handed over is recorded first), and a margin.
+    terminationGracePeriodSeconds: SESSION_STOP_TIMEOUT_MS / 1000 + 10,
     imagePullSecrets: nonEmpty(template.imagePullSecrets),
     nodeSelector: nonEmpty(template.nodeSelector),
     affinity: nonEmpty(template.affinity),

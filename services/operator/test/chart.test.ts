@@ -12,7 +12,7 @@ import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { ENTRY_POINTS } from '../../../scripts/build.ts';
 import { loadOperatorConfig } from '../src/operator-config.ts';
-import { ConfigError } from '@switchboard/core';
+import { ConfigError, SESSION_STOP_TIMEOUT_MS } from '@switchboard/core';
 import { sessionPod } from '../src/session-pod.ts';
 import { CRD_FILES } from './helpers.ts';
 import { K8S_SCHEMAS } from './k8s-schemas.ts';
@@ -391,6 +391,8 @@ describe('chart, CRDs and examples', function () {
     assert.equal(container.env!.find((e) => e.name === 'HEALTH_PORT')!.value, String(healthPort));
     const probes = [container.startupProbe, container.livenessProbe, container.readinessProbe].map((p) => `${p!.httpGet!.path}@${p!.httpGet!.port}`);
     assert.deepEqual(probes, ['/health@http', '/health@http', '/ready@http']);
+    // Killed before its own stop time-out, a session would lose what the network handed over.
+    assert.ok(pod.spec!.terminationGracePeriodSeconds! * 1000 > SESSION_STOP_TIMEOUT_MS, 'the grace period covers the session stop');
     const typo = structuredClone(pod) as Obj;
     typo.spec.containers[0].livenesProbe = typo.spec.containers[0].livenessProbe;
     typo.spec.containers[0].resources.requests.memory = 'lots';

@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, readEnvironment, requireSettings, runService, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, readEnvironment, requireSettings, runService, SESSION_STOP_TIMEOUT_MS, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db, type StopService } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
@@ -146,14 +146,15 @@ async function recordShutdownState(db: Db, instanceId: string): Promise<boolean>
     : recordConnectionState(db, instanceId, 'reconnecting', { reason: 'session_restarting' });
 }
 
-async function start(): Promise<() => Promise<void>> {
+async function start(): Promise<StopService> {
   const cfg = loadSessionConfig();
   const telemetry = await startTelemetry({ serviceName: 'switchboard-session', instanceId: cfg.instanceId });
   const shutdown = await runSessionProcess(cfg);
-  return async function stop() {
+  async function stop() {
     await shutdown();
     await telemetry.shutdown();
-  };
+  }
+  return Object.assign(stop, { timeoutMs: SESSION_STOP_TIMEOUT_MS });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) runService('session', start);
