@@ -9,6 +9,7 @@ import { createServer, type Server } from 'node:http';
 import { readFile, unlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import type { Knex } from 'knex';
 import { DisconnectReason, encryptedStream, proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
@@ -149,23 +150,37 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   before(async () => (env = await openEnv()));
   after(() => env?.close());
 
-  it('records a message the database could not take for a moment (a restart ended its connection)', async () => {
+  const mediaOnLoopback = { mediaDownloadTimeoutMs: 5_000, mediaUrlAllowed: (url: URL) => url.hostname === '127.0.0.1' };
+
+  /** A session paired and connected on a stand-in network; the test closes its runtime. */
+  async function connectedSession(): Promise<{ network: StandInNetwork; runtime: LocalSessionRuntime; instanceId: string }> {
     const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, ...mediaOnLoopback });
     const runtime = env.runtime({ driverFactory });
     const instanceId = await env.createInstance();
+    await pairAndConnect(env, runtime, network, instanceId);
+    return { network, runtime, instanceId };
+  }
+
+  /** Runs `trigger` while `lock` holds what its write needs, then ends the connection of the
+   *  statement that waits for it, as a database restart or failover does. */
+  async function duringDatabaseRestart(lock: (holder: Knex.Transaction) => Promise<unknown>, trigger: () => Promise<unknown> | void): Promise<void> {
+    const holder = await env.db.transaction();
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
-      const holder = await env.db.transaction();
+      await lock(holder);
+      await trigger();
+      await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the write waits');
+    } finally {
+      await holder.rollback();
+    }
+  }
+  const lockTable = (table: string) => (holder: Knex.Transaction) => holder.raw(`lock table ${table} in access exclusive mode`);
+
+  it('records a message the database could not take for a moment (a restart ended its connection)', async () => {
+    const { network, runtime, instanceId } = await connectedSession();
+    try {
       const message = inbound({ conversation: 'hello during a database restart' });
-      try {
-        await holder.raw('lock table incoming in access exclusive mode');
-        network.current.emit('messages.upsert', { messages: [message], type: 'notify' });
-        // The statement recording it waits for the lock; the server then ends its connection.
-        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the recording waits');
-      } finally {
-        await holder.rollback();
-      }
+      await duringDatabaseRestart(lockTable('incoming'), () => network.current.emit('messages.upsert', { messages: [message], type: 'notify' }));
       await until(async () => (await env.db('incoming').where({ instance_id: instanceId, message_id: message.key.id })).length === 1, 'recorded once the database answers', 10_000);
     } finally {
       await runtime.close();
@@ -173,24 +188,12 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   });
 
   it('records a receipt the database could not take for a moment: the network sends none again', async () => {
-    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
-    const runtime = env.runtime({ driverFactory });
-    const instanceId = await env.createInstance();
+    const { network, runtime, instanceId } = await connectedSession();
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
       const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'delivered during a database restart' });
       await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'sent');
-      const holder = await env.db.transaction();
-      try {
-        await holder('send_items').where({ id: send.id }).forUpdate().first();
-        const S = proto.WebMessageInfo.Status;
-        network.current.emit('messages.update', [{ key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status: S.DELIVERY_ACK } }]);
-        // The statement recording it waits for the row; the server then ends its connection.
-        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the recording waits');
-      } finally {
-        await holder.rollback();
-      }
+      const delivered = { key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status: proto.WebMessageInfo.Status.DELIVERY_ACK } };
+      await duringDatabaseRestart((holder) => holder('send_items').where({ id: send.id }).forUpdate().first(), () => network.current.emit('messages.update', [delivered]));
       await until(async () => (await itemStatus(env.db, send.id)) === 'delivered', 'recorded once the database answers', 10_000);
       const statuses = (await eventsOf(env.db, instanceId, 'message.status')).map((e) => e.data.status);
       assert.deepEqual(statuses, ['sent', 'delivered']);
@@ -200,24 +203,13 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   });
 
   it('records a connection the database could not take for a moment, and sends meanwhile', async () => {
-    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
-    const runtime = env.runtime({ driverFactory });
-    const instanceId = await env.createInstance();
+    const { network, runtime, instanceId } = await connectedSession();
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
       const sockets = network.sockets.length;
       await network.current.drop(DisconnectReason.connectionLost);
       await until(() => network.sockets.length === sockets + 1, 'a new socket');
       await until(async () => (await instanceRow(env.db, instanceId)).state !== 'connected', 'the drop is recorded');
-      const holder = await env.db.transaction();
-      try {
-        await holder.raw('lock table instances in access exclusive mode');
-        network.current.open();
-        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the connected state waits');
-      } finally {
-        await holder.rollback();
-      }
+      await duringDatabaseRestart(lockTable('instances'), () => network.current.open());
       await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected is recorded once the database answers', 10_000);
       const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'after the reconnect' });
       await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'the queue is consumed', 10_000);
@@ -227,23 +219,14 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   });
 
   it('records the echo of an own send that the database could not take for a moment', async () => {
-    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
-    const runtime = env.runtime({ driverFactory });
-    const instanceId = await env.createInstance();
+    const { network, runtime, instanceId } = await connectedSession();
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
-      const holder = await env.db.transaction();
-      let send: Awaited<ReturnType<typeof enqueueSend>>;
-      try {
-        await holder.raw('lock table incoming in access exclusive mode');
+      let send: Awaited<ReturnType<typeof enqueueSend>> | undefined;
+      await duringDatabaseRestart(lockTable('incoming'), async () => {
         send = await enqueueSend(env, instanceId, { phone: PEER, text: 'echoed during a database restart' });
         await until(() => network.relayed.length === 1, 'relayed');
-        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the echo waits');
-      } finally {
-        await holder.rollback();
-      }
-      await until(async () => (await env.db('incoming').where({ instance_id: instanceId, message_id: send.messengerId, from_api: true })).length === 1, 'the echo is recorded once the database answers', 10_000);
+      });
+      await until(async () => (await env.db('incoming').where({ instance_id: instanceId, message_id: send!.messengerId, from_api: true })).length === 1, 'the echo is recorded once the database answers', 10_000);
     } finally {
       await runtime.close();
     }
@@ -251,22 +234,11 @@ describe('baileys driver: received messages and receipts under faults (the netwo
 
   it('keeps the file of a received message whose media row the database could not take for a moment', async () => {
     const files = await mediaServer();
-    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 2_000, mediaUrlAllowed: (url) => url.hostname === '127.0.0.1' });
-    const runtime = env.runtime({ driverFactory });
-    const instanceId = await env.createInstance();
+    const { network, runtime, instanceId } = await connectedSession();
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
       const plain = randomBytes(2_000);
       const photo = inbound({ imageMessage: { ...(await encryptedImage(files, '/photo', plain)), caption: 'during a restart' } });
-      const holder = await env.db.transaction();
-      try {
-        await holder.raw('lock table media in access exclusive mode');
-        network.current.emit('messages.upsert', { messages: [photo], type: 'notify' });
-        await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the media row waits');
-      } finally {
-        await holder.rollback();
-      }
+      await duringDatabaseRestart(lockTable('media'), () => network.current.emit('messages.upsert', { messages: [photo], type: 'notify' }));
       const receivedEvent = async () => (await eventsOf(env.db, instanceId, 'message.received')).find((e) => e.data.messageId === photo.key.id);
       await until(async () => (await receivedEvent()) !== undefined, 'recorded once the database answers', 10_000);
       const received = (await receivedEvent())!;
@@ -279,9 +251,9 @@ describe('baileys driver: received messages and receipts under faults (the netwo
     }
   });
 
-  /** A connected session whose socket drops; resolves with the next socket once it is back
-   *  ("open") but still holding what the server hands over from offline, as Baileys does. */
-  async function reconnectedHoldingEvents(network: StandInNetwork, runtime: LocalSessionRuntime, instanceId: string): Promise<StandInNetwork['current']> {
+  /** The session's socket drops; resolves with the next socket once it is back ("open") but
+   *  still holding what the server hands over from offline, as Baileys does. */
+  async function reconnectedHoldingEvents(network: StandInNetwork, instanceId: string): Promise<StandInNetwork['current']> {
     const sockets = network.sockets.length;
     await network.current.drop(DisconnectReason.connectionLost);
     await until(() => network.sockets.length === sockets + 1, 'a new socket');
@@ -293,17 +265,13 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   }
 
   it('records what Baileys held back from an offline hand-over when the socket drops, or the session stops, before it ends', async () => {
-    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 } });
-    const runtime = env.runtime({ driverFactory });
-    const instanceId = await env.createInstance();
+    const { network, runtime, instanceId } = await connectedSession();
     const recorded = async (m: WAMessage) => (await env.db('incoming').where({ instance_id: instanceId, message_id: m.key.id })).length === 1;
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
       const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'read while we were away' });
       await until(async () => (await itemStatus(env.db, send.id)) === 'sent', 'sent');
 
-      const dropped = await reconnectedHoldingEvents(network, runtime, instanceId);
+      const dropped = await reconnectedHoldingEvents(network, instanceId);
       const whileAway = inbound({ conversation: 'sent while the session was offline' });
       dropped.emit('messages.upsert', { messages: [whileAway], type: 'append' }); // acknowledged, held
       dropped.emit('messages.update', [{ key: { remoteJid: `${PEER}@s.whatsapp.net`, fromMe: true, id: send.messengerId }, update: { status: proto.WebMessageInfo.Status.READ } }]);
@@ -311,7 +279,7 @@ describe('baileys driver: received messages and receipts under faults (the netwo
       await until(() => recorded(whileAway), 'the held message is recorded', 10_000);
       await until(async () => (await itemStatus(env.db, send.id)) === 'read', 'the held receipt is recorded');
 
-      const stopped = await reconnectedHoldingEvents(network, runtime, instanceId);
+      const stopped = await reconnectedHoldingEvents(network, instanceId);
       const beforeStop = inbound({ conversation: 'handed over just before a disconnect' });
       stopped.emit('messages.upsert', { messages: [beforeStop], type: 'append' });
       await runtime.stop(instanceId); // POST …/disconnect, a SIGTERM or a lost owner lock
@@ -325,12 +293,8 @@ describe('baileys driver: received messages and receipts under faults (the netwo
     // A media host that answers after 1.5 s (a slow CDN): the photo's download holds the queue.
     const slow = createServer((_req, res) => void setTimeout(() => res.writeHead(404).end(), 1500));
     await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
-    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
-    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, mediaDownloadTimeoutMs: 5_000, mediaUrlAllowed: (url) => url.hostname === '127.0.0.1' });
-    const runtime = env.runtime({ driverFactory });
-    const instanceId = await env.createInstance();
+    const { network, runtime, instanceId } = await connectedSession();
     try {
-      await pairAndConnect(env, runtime, network, instanceId);
       const photo = inbound({ imageMessage: { url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/photo`, mediaKey: randomBytes(32), mimetype: 'image/jpeg' } });
       const next = inbound({ conversation: 'sent right after the photo' });
       network.current.emit('messages.upsert', { messages: [photo], type: 'notify' });
