@@ -4,6 +4,7 @@
 import {
   BusClosedError,
   DbAuthStore,
+  lockUnheldInstance,
   Problem,
   problems,
   recordStateIfUnheld,
@@ -46,8 +47,13 @@ export class RemoteSessionRuntime implements SessionRuntime {
   start(instanceId: string): Promise<void> {
     return this.lanes.run(instanceId, async () => {
       if (!(await this.setPaused(instanceId, false))) throw problems.notFound('The instance'); // deleted by an operation that ran first
+      const failure = await this.ask(instanceId, 'start');
+      if (failure === ANSWERED) return;
       // When no session runs yet, the one the operator starts reads paused=false itself.
-      if (!(await this.tell(instanceId, 'start'))) await this.recordStartingIfStopped(instanceId);
+      await this.recordStartingIfStopped(instanceId);
+      // A session that holds a logged-out instance pairs it again only when told (its record said
+      // "run" already): a start it did not hear must be asked again, not answered 200.
+      if (failure !== NOT_RUNNING && (await this.heldLoggedOut(instanceId))) throw toProblem(failure);
     });
   }
 
@@ -129,19 +135,39 @@ export class RemoteSessionRuntime implements SessionRuntime {
     return (await this.opts.db('instances').where({ id: instanceId }).update({ paused, updated_at: this.opts.db.fn.now() })) > 0;
   }
 
+  /** Whether a session holds the instance while its record says it was logged out. */
+  private heldLoggedOut(instanceId: string): Promise<boolean> {
+    return this.opts.db.transaction(async (trx) => {
+      const { row, unheld } = await lockUnheldInstance(trx, instanceId);
+      return row?.state === 'logged_out' && !unheld;
+    });
+  }
+
   /** Sends a lifecycle op; false when no session answered. Errors of a running session are thrown when `strict`. */
-  private async tell(instanceId: string, op: 'start' | 'stop' | 'reset' | 'unlink', strict = false): Promise<boolean> {
+  private async tell(instanceId: string, op: LifecycleOp, strict = false): Promise<boolean> {
+    const failure = await this.ask(instanceId, op);
+    if (failure !== ANSWERED && failure !== NOT_RUNNING) {
+      if (strict) throw toProblem(failure);
+      this.opts.log.warn({ instanceId, op, err: failure instanceof Error ? failure.message : String(failure) }, 'session rpc failed; the session follows the database on its next start');
+    }
+    return failure === ANSWERED;
+  }
+
+  /** Sends a lifecycle op: ANSWERED, NOT_RUNNING (a session process without the instance running),
+   *  or the error of a request nobody answered in time or that could not be sent. */
+  private async ask(instanceId: string, op: LifecycleOp): Promise<unknown> {
     try {
       await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from('{}'), this.timeoutMs());
-      return true;
+      return ANSWERED;
     } catch (err) {
-      if (err instanceof RpcError && err.status === 409 && err.code === 'session_not_running') return false;
-      if (strict) throw toProblem(err);
-      this.opts.log.warn({ instanceId, op, err: err instanceof Error ? err.message : String(err) }, 'session rpc failed; the session follows the database on its next start');
-      return false;
+      return err instanceof RpcError && err.status === 409 && err.code === 'session_not_running' ? NOT_RUNNING : err;
     }
   }
 }
+
+type LifecycleOp = 'start' | 'stop' | 'reset' | 'unlink';
+const ANSWERED = Symbol('answered');
+const NOT_RUNNING = Symbol('session not running');
 
 /** The API's answer for a request the session could not serve: the codes embedded mode gives for
  *  the same situation, and details that name no bus subject or server internals. Any other error

@@ -296,6 +296,31 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     }
   });
 
+  it('a connect that cannot reach the session holding a logged-out instance answers an error, not 200 (the record alone would not pair it again)', async () => {
+    const instanceId = await env.createInstance({ paused: false });
+    const stop = await startSessionProcess(env, instanceId, { SESSION_RUN_STATE_CHECK_MS: '50' });
+    const gateway = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay });
+    try {
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      await gateway.call(instanceId, 'sandbox.scan', { phone: '5511900003333' });
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
+      await gateway.call(instanceId, 'sandbox.drop', { reason: 'logged_out' }); // unlinked on the phone
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'logged_out', 'logged_out');
+
+      const cutOff = await openBus({ natsUrl: NATS_URL, namespace: env.namespace, log: env.log });
+      await cutOff.close(); // a gateway whose NATS is away
+      const unheard = new RemoteSessionRuntime({ db: env.db, bus: cutOff, crypto: env.crypto, log: env.log, relay: env.relay });
+      await assert.rejects(unheard.start(instanceId), (err: Problem) => err.status === 503 && err.code === 'bus_unavailable');
+      await new Promise((resolve) => setTimeout(resolve, 300)); // several run-state checks: nothing follows from the record
+      assert.equal((await instanceRow(env.db, instanceId)).state, 'logged_out');
+
+      await gateway.start(instanceId); // the client's retry
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'pairing again');
+    } finally {
+      await stop();
+    }
+  });
+
   it('a stopping session process leaves its instance reconnecting, or stopped when it was paused behind its back', async () => {
     for (const pausedMeanwhile of [false, true]) {
       const instanceId = await env.createInstance({ paused: false });
