@@ -28,6 +28,10 @@ export interface RemoteRuntimeOptions {
   relay: { kick(): void };
   /** Time limit of one request to a session. */
   requestTimeoutMs?: number;
+  /** Time limit of a pairing-code request: longer than the session's own wait for a socket ready
+   *  to pair (20 s, twice when it renews the socket), so the session answers `pairing_not_ready`
+   *  and asks WhatsApp for no code after the gateway gave up. */
+  pairingRequestTimeoutMs?: number;
 }
 
 export class RemoteSessionRuntime implements SessionRuntime {
@@ -94,7 +98,8 @@ export class RemoteSessionRuntime implements SessionRuntime {
   async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
     await this.lanes.idle(instanceId);
     try {
-      const reply = await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from(JSON.stringify(body ?? {})), this.timeoutMs());
+      const timeoutMs = op === 'pairing-code' ? (this.opts.pairingRequestTimeoutMs ?? 50_000) : this.timeoutMs();
+      const reply = await this.opts.bus.request(subjects.rpc(instanceId, op), Buffer.from(JSON.stringify(body ?? {})), timeoutMs);
       return JSON.parse(Buffer.from(reply).toString('utf8')) as Record<string, unknown>;
     } catch (err) {
       throw toProblem(err);

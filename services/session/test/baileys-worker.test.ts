@@ -10,6 +10,7 @@ import { readFile, unlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
+import type { Problem } from '@switchboard/core';
 import { DisconnectReason, encryptedStream, proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
 import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
@@ -307,6 +308,35 @@ describe('baileys driver: received messages and receipts under faults (the netwo
       await runtime.close();
       slow.closeAllConnections();
       slow.close();
+    }
+  });
+});
+
+describe('baileys driver: a pairing code asked through the gateway in cluster mode', function () {
+  this.timeout(20_000);
+  let env: Env;
+  before(async () => (env = await openEnv({ nats: true })));
+  after(() => env?.close());
+
+  it('waits for the session\'s own answer (pairing_not_ready), and no code is asked of WhatsApp after it', async () => {
+    const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
+    const driverFactory = createBaileysDriver({ db: env.db, log: env.log, socketFactory: network.factory, backoff: { baseMs: 5, maxMs: 20, jitter: 0.2 }, pairingReadyTimeoutMs: 1_000 });
+    const session = env.runtime({ driverFactory });
+    const instanceId = await env.createInstance({ paused: false });
+    const rpc = await serveSessionRpc(env.bus, instanceId, session);
+    // Other requests keep their short limit; a pairing code gets the session's whole wait.
+    const gateway = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
+    try {
+      await gateway.start(instanceId);
+      await until(() => network.sockets.length === 1, 'socket'); // WhatsApp shows no QR: not ready to pair
+      const refused = await gateway.call(instanceId, 'pairing-code', { phone: '5511900004444' }).then(() => assert.fail('resolved'), (e: unknown) => e as Problem);
+      assert.deepEqual([refused.status, refused.code], [503, 'pairing_not_ready']);
+      network.current.showQr(); // ready after all
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      assert.deepEqual(network.pairingRequests, [], 'no code was asked for nobody');
+    } finally {
+      await rpc.stop();
+      await session.close();
     }
   });
 });
