@@ -35,3 +35,4 @@ export * from './health-server.ts';
 export * from './metrics.ts';
 export * from './telemetry/index.ts';
 export * from './service-main.ts';
+export { InstanceLanes } from './instance-lanes.ts';

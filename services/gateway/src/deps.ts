@@ -1,5 +1,6 @@
 // Everything a route may use, passed explicitly. The only module-level state is what belongs to
-// the process, not to an app: adminKeyHashes (http/auth.ts, a WeakMap keyed by these deps),
+// the process, not to an app: adminKeyHashes (http/auth.ts) and runStateLanes
+// (routes/instances.ts), WeakMaps keyed by these deps,
 // qrImages (records.ts, QR text -> PNG, the same for every app; bounded), and ffmpeg's slots and
 // resolved binary (media/ffmpeg.ts: the cores and the PATH are the process's).
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime, SpecStamp } from '@switchboard/core';

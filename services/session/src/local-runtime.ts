@@ -1,9 +1,8 @@
 // LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
 // per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
 // at server start brings back every instance that is not paused (connected ones without a scan).
-import { DbAuthStore, outsideTrace, problems, recordConnectionState, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
+import { DbAuthStore, InstanceLanes, outsideTrace, problems, recordConnectionState, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
 import { callSessionOp } from './session-ops.ts';
-import { InstanceLanes } from './instance-lanes.ts';
 import { SessionWorker, type SessionWorkerOptions } from './worker.ts';
 
 export type LocalRuntimeOptions = Omit<SessionWorkerOptions, 'instanceId'>;

@@ -4,6 +4,7 @@
 import {
   BusClosedError,
   DbAuthStore,
+  InstanceLanes,
   lockUnheldInstance,
   Problem,
   problems,
@@ -18,7 +19,6 @@ import {
   type Logger,
   type SessionRuntime,
 } from '@switchboard/core';
-import { InstanceLanes } from './instance-lanes.ts';
 
 export interface RemoteRuntimeOptions {
   db: Db;

@@ -17,6 +17,8 @@ import { RemoteSessionRuntime } from '../src/remote-runtime.ts';
 import { serveSessionRpc, type SessionHost } from '../src/rpc-server.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
 import { builtService } from '../../../test/support/built.ts';
+import type { GatewayDeps } from '../../gateway/src/deps.ts';
+import { instanceRoutes } from '../../gateway/src/routes/instances.ts';
 
 describe('expiry sweeper', () => {
   let env: Env;
@@ -253,6 +255,32 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       await rpc.stop();
       await host.close();
     }
+  });
+
+  it('concurrent connects and disconnects leave the Instance resource and the record in the run state of the last one called', async () => {
+    const instanceId = await env.createInstance({ paused: true, state: 'stopped' });
+    // A Kubernetes API whose patch lands at once and answers later: a connect's answer comes
+    // after a disconnect's that was patched after it.
+    const resource = { paused: true, generation: 1 };
+    const resources = {
+      apply: async () => undefined,
+      requestReset: async () => undefined,
+      delete: async () => undefined,
+      async update(_id: string, changes: { paused?: boolean }) {
+        resource.paused = changes.paused!;
+        const generation = ++resource.generation;
+        await new Promise((resolve) => setTimeout(resolve, changes.paused ? 5 : 80));
+        return { uid: 'u-1', generation };
+      },
+    };
+    const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 300 });
+    const deps = { db: env.db, runtime: remote, resources, log: env.log } as unknown as GatewayDeps;
+    const call = (path: string) => instanceRoutes.find((r) => r.path === path)!.handler({ deps, params: { id: instanceId } } as never);
+    const connect = call('/api/instances/{id}/connect');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await Promise.all([connect, call('/api/instances/{id}/disconnect')]);
+    const row = await instanceRow(env.db, instanceId);
+    assert.deepEqual([resource.paused, row.paused, row.state], [true, true, 'stopped'], 'both say what the last call asked');
   });
 
   it('the session process serves /health and /ready on HEALTH_PORT (the pod probes), until it stops', async () => {

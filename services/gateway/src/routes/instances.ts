@@ -1,6 +1,6 @@
 // Instances: records, lifecycle (connect, disconnect, reset, pairing) and credentials.
 import { z } from 'zod';
-import { drainMediaPurge, newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken, recordSpecStamp } from '@switchboard/core';
+import { drainMediaPurge, InstanceLanes, newResourceId, PAIRING_CODE_TTL_MS, Problem, problems, randomToken, recordSpecStamp } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { InstanceChanges } from '../kubernetes/instance-resources.ts';
 import { route } from '../http/route.ts';
@@ -37,6 +37,21 @@ async function mirrorCreated(deps: GatewayDeps, row: any): Promise<void> {
 async function updateResource(deps: GatewayDeps, id: string, changes: InstanceChanges): Promise<void> {
   const stamp = await deps.resources?.update(id, changes);
   if (stamp) await recordSpecStamp(deps.db, id, stamp);
+}
+
+/** Per app: a connect's or disconnect's resource update and run-state change, one instance's one
+ *  after another. Interleaved, the resource (which the operator follows) and the record could end
+ *  in opposite run states. */
+const runStateLanes = new WeakMap<GatewayDeps, InstanceLanes>();
+
+/** Sets the instance's run state: its Instance resource (cluster mode), then its session. */
+function setRunState(deps: GatewayDeps, id: string, paused: boolean): Promise<void> {
+  let lanes = runStateLanes.get(deps);
+  if (!lanes) runStateLanes.set(deps, (lanes = new InstanceLanes()));
+  return lanes.run(id, async () => {
+    await updateResource(deps, id, { paused });
+    await (paused ? deps.runtime.stop(id) : deps.runtime.start(id));
+  });
 }
 
 export const instanceRoutes = [
@@ -140,8 +155,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await updateResource(deps, params.id, { paused: false });
-      await deps.runtime.start(params.id);
+      await setRunState(deps, params.id, false);
       return recordReply(await reload(deps, params.id));
     },
   }),
@@ -154,8 +168,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await updateResource(deps, params.id, { paused: true });
-      await deps.runtime.stop(params.id);
+      await setRunState(deps, params.id, true);
       return recordReply(await reload(deps, params.id));
     },
   }),
@@ -191,10 +204,7 @@ export const instanceRoutes = [
       await claimPairingSlot(deps, params.id);
       let reply: Record<string, unknown>;
       try {
-        if (row.paused || row.state === 'stopped' || row.state === 'logged_out') {
-          await updateResource(deps, params.id, { paused: false });
-          await deps.runtime.start(params.id);
-        }
+        if (row.paused || row.state === 'stopped' || row.state === 'logged_out') await setRunState(deps, params.id, false);
         reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
       } catch (err) {
         // No code was issued: the client may ask again at once. A disconnected instance that its
@@ -218,8 +228,7 @@ function needsNoPairing(err: unknown): boolean {
 
 async function pauseAgain(deps: GatewayDeps, id: string): Promise<void> {
   try {
-    await updateResource(deps, id, { paused: true });
-    await deps.runtime.stop(id);
+    await setRunState(deps, id, true);
   } catch (err) {
     deps.log.warn({ instanceId: id, err: String(err) }, 'could not pause the instance again after a refused pairing-code request');
   }

@@ -1,6 +1,7 @@
 // Runs the run-state operations of one instance (start, stop, reset, remove, and in the process
-// that hosts the session, sandbox operations) one after another, each with its database write,
-// while other instances' operations go on. Interleaved, a disconnect could stop the session that a
+// that hosts the session, sandbox operations; in the gateway, the Instance resource's update with
+// the operation it announces) one after another, each with its database write, while other
+// instances' operations go on. Interleaved, a disconnect could stop the session that a
 // later connect had found running, leaving the instance `stopped` with `paused` false and no
 // session.
 export class InstanceLanes {
