@@ -2,7 +2,7 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, readEnvironment, requireSettings, runService, SESSION_STOP_TIMEOUT_MS, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordConnectionState, startHealthServer, startTelemetry, type Config, type Db, type StopService } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, readEnvironment, requireSettings, runService, SESSION_STOP_TIMEOUT_MS, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordStateIfUnheld, startHealthServer, startTelemetry, type Config, type Db, type StopService } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
@@ -138,12 +138,10 @@ async function unlinkRequested(db: Db, instanceId: string): Promise<boolean> {
   return Boolean(row?.unlink_requested_at);
 }
 
-async function recordShutdownState(db: Db, instanceId: string): Promise<boolean> {
-  const row = await db('instances').where({ id: instanceId }).first('paused');
-  if (!row) return false;
-  return row.paused
-    ? recordConnectionState(db, instanceId, 'stopped', { reason: 'paused' })
-    : recordConnectionState(db, instanceId, 'reconnecting', { reason: 'session_restarting' });
+/** Decided with the instance's row locked, and only while no session holds it (this process let
+ *  go; a successor may have taken over): a disconnect that came meanwhile is not overwritten. */
+function recordShutdownState(db: Db, instanceId: string): Promise<boolean> {
+  return recordStateIfUnheld(db, instanceId, (row) => (row.paused ? { state: 'stopped', reason: 'paused' } : { state: 'reconnecting', reason: 'session_restarting' }));
 }
 
 async function start(): Promise<StopService> {
