@@ -119,6 +119,12 @@ async function moveForward(trx: Knex.Transaction, item: SendItemRow, current: nu
   const next = RECEIPT_RANK[status as ItemStatus];
   if (next === undefined || next <= current) return false;
   await setStatus(trx, item, [item.status], status as ItemStatus);
-  await recordSendStatus(trx, item, status);
+  // A receipt that skips a step (a read that came before its delivery receipt, which is then
+  // ignored) implies the steps before it: each is recorded, so the status stream is always
+  // sent → delivered → read (→ played), as clients that follow it expect.
+  for (const step of STATUS_STEPS.slice(current, next)) await recordSendStatus(trx, item, step);
   return true;
 }
+
+/** The statuses of RECEIPT_RANK 1 to 4, in order. */
+const STATUS_STEPS: DeliveryStatus[] = ['sent', 'delivered', 'read', 'played'];

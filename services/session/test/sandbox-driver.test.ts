@@ -11,7 +11,7 @@ let drop: () => Promise<void>;
 before(async () => {
   ({ db, drop } = await openTestDatabase());
   // The ledger's rows belong to an instance (they go with it).
-  const ids = ['inst-contract', 'inst-rules', 'inst-code-ttl', 'inst-spaced', 'inst-owed', 'inst-echo-owed', 'inst-repaired', 'inst-closing'];
+  const ids = ['inst-contract', 'inst-rules', 'inst-code-ttl', 'inst-spaced', 'inst-ordered', 'inst-owed', 'inst-echo-owed', 'inst-repaired', 'inst-closing'];
   await db('instances').insert(ids.map((id) => ({ id, name: id, token_hash: id, token_sealed: 'x' })));
 });
 after(async () => drop?.());
@@ -191,6 +191,34 @@ describe('sandbox driver rules', () => {
       assert.ok(after >= 990 && after < 1800, `delivered ${Math.round(after)} ms after the send`);
     } finally {
       await paced.disconnect();
+    }
+  });
+
+  it("delivers a message's receipts in order even after the event loop was busy", async () => {
+    const listener = new RecordingListener();
+    const order: string[] = [];
+    const onReceipt = listener.onReceipt.bind(listener);
+    listener.onReceipt = async (r) => {
+      order.push(`${r.messengerId}:${r.status}`);
+      await onReceipt(r);
+    };
+    const ctx = { instanceId: 'inst-ordered', auth: new MemoryAuthStore(), listener, isOwnSend: async () => false, settings: () => settings };
+    const driver = new SandboxDriver(ctx, { db, receiptDelayMs: 200, reconnectDelayMs: 5 });
+    const to = { kind: 'phone' as const, phone: '5511955557777' };
+    try {
+      await driver.connect();
+      await driver.sandbox('scan', { phone: '5511911114444' });
+      await driver.send({ messengerId: 'FIRST', to, type: 'text', text: 'x' });
+      await until(() => order.includes('FIRST:delivered'), 'the first message delivered', 5000);
+      // The second message's receipts are due while the first one's read is still pending; then the
+      // event loop is busy past all of them (a slow statement, a large JSON body).
+      await driver.send({ messengerId: 'SECOND', to, type: 'text', text: 'y' });
+      const busyUntil = performance.now() + 700;
+      while (performance.now() < busyUntil);
+      await until(() => order.filter((o) => o.startsWith('SECOND:')).length === 3, 'the second message read', 5000);
+      assert.deepEqual(order.filter((o) => o.startsWith('SECOND:')), ['SECOND:sent', 'SECOND:delivered', 'SECOND:read']);
+    } finally {
+      await driver.disconnect();
     }
   });
 

@@ -104,6 +104,15 @@ for (const nats of [false, true]) {
       assert.deepEqual([echo.from_me, echo.from_api, echo.text], [true, true, 'ok']);
     });
 
+    it('a receipt that skips a step records the steps it implies, so the status stream has no gap', async () => {
+      await connect();
+      const item = await enqueueSend(env, instanceId, { phone: '5511900000002' }); // the network delivers, nobody reads
+      await waitStatus(item.id, 'delivered');
+      assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, item.messengerId, 'played')), true);
+      const statuses = (await eventsOf(env.db, instanceId, 'message.status')).filter((e) => e.data.messageId === item.id).map((e) => e.data.status);
+      assert.deepEqual(statuses, ['sent', 'delivered', 'read', 'played']);
+    });
+
     it('receipts only move forward; failed is terminal', async () => {
       await connect();
       const a = await enqueueSend(env, instanceId, { phone: OK });

@@ -263,14 +263,19 @@ export class SandboxDriver implements NetworkDriver {
    *  send itself, so `delivered` follows the send by one delay, not two. Each receipt is crossed
    *  off the ledger once the session has taken it; one the session never took (it stopped
    *  first) is delivered again when the account reconnects. */
-  private scheduleReceipts(messengerId: string, receipts: DeliveryStatus[]): void {
-    receipts.forEach((status, i) => {
-      this.later(this.opts.receiptDelayMs * i, () =>
-        this.emit(async () => {
-          await this.ctx.listener.onReceipt({ messengerId, status });
-          await this.ledgerRow(messengerId).update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
-        }),
-      );
+  private scheduleReceipts(messengerId: string, receipts: DeliveryStatus[], delayMs = 0): void {
+    const [status, ...rest] = receipts;
+    if (!status) return;
+    // Each receipt's timer is set once the one before it was queued: timers set together for 0,
+    // 20 and 40 ms can fire out of order after a busy moment of the event loop (Node runs the
+    // lists of each duration in turn), and a `read` before its `delivered` left a gap.
+    this.later(delayMs, () => {
+      const taken = this.emit(async () => {
+        await this.ctx.listener.onReceipt({ messengerId, status });
+        await this.ledgerRow(messengerId).update({ receipts_owed: this.opts.db.raw('array_remove(receipts_owed, ?)', [status]) });
+      });
+      this.scheduleReceipts(messengerId, rest, this.opts.receiptDelayMs);
+      return taken;
     });
   }
 
