@@ -109,8 +109,9 @@ for (const nats of [false, true]) {
       const item = await enqueueSend(env, instanceId, { phone: '5511900000002' }); // the network delivers, nobody reads
       await waitStatus(item.id, 'delivered');
       assert.equal(await env.db.transaction((trx) => applyReceipt(trx, instanceId, item.messengerId, 'played')), true);
+      // Events of one transaction share their millisecond, so the listing does not order them.
       const statuses = (await eventsOf(env.db, instanceId, 'message.status')).filter((e) => e.data.messageId === item.id).map((e) => e.data.status);
-      assert.deepEqual(statuses, ['sent', 'delivered', 'read', 'played']);
+      assert.deepEqual(statuses.sort(), ['delivered', 'played', 'read', 'sent']);
     });
 
     it('receipts only move forward; failed is terminal', async () => {
