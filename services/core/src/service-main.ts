@@ -19,10 +19,10 @@ export async function startStep<T>(variable: string, what: string, step: () => P
 export const STOP_TIMEOUT_MS = 20_000;
 
 /** How long a session process may take to stop. It records what the network already handed
- *  over first, each record waiting up to 2 minutes for a database that is away for a moment:
- *  killed sooner, those messages and receipts would be lost (WhatsApp sends none again). Session
- *  pods get it, with a margin, as their grace period. */
-export const SESSION_STOP_TIMEOUT_MS = 150_000;
+ *  over first (a media download, a database that is away for a moment): killed sooner, those
+ *  messages and receipts would be lost, as WhatsApp sends none again. Session pods get it, with a
+ *  margin, as their grace period, which also delays replacing a session on a lost node. */
+export const SESSION_STOP_TIMEOUT_MS = 60_000;
 
 /** What `start` returns: the function that stops what it started, with the time its stop needs
  *  when that is longer than STOP_TIMEOUT_MS (a gateway's drain comes first). */
