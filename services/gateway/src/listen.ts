@@ -34,8 +34,15 @@ export interface ListeningServer {
  *  left. */
 export function listen(app: Koa, port: number, host: string, state: StopState = { stopping: false }): Promise<ListeningServer> {
   const answering = new WeakMap<object, number>();
+  const closingSockets = new WeakSet<object>();
+  const handle = app.callback();
   // Node would answer a missing Host with a bare 400; the app answers it with a problem document.
-  const server = createServer({ requireHostHeader: false, ServerResponse: drainingResponse(state, answering) }, app.callback());
+  const server = createServer({ requireHostHeader: false, ServerResponse: drainingResponse(state, answering, closingSockets) }, (req, res) => {
+    // Pipelined behind an answer that closes the connection: Node would run it and drop its answer
+    // (a send accepted that the client never hears of). Not run, it gets no answer, so the client
+    // sends it again, on another connection.
+    if (!closingSockets.has(req.socket)) void handle(req, res);
+  });
   server.requestTimeout = 120_000; // large media uploads on slow links
   server.headersTimeout = 30_000;
   // An idle keep-alive connection stays open longer than the proxies in front keep theirs (a cloud
@@ -105,13 +112,17 @@ function gracefulStop(server: Server, state: StopState, answering: WeakMap<objec
   };
 }
 
-/** The server's responses: once the server is stopping, an answer closes its connection, so the
- *  client's next request goes to another replica instead of racing the close. Not one with more
- *  requests under way behind it on the same connection (pipelined): Node would drop their answers. */
-function drainingResponse(state: StopState, answering: WeakMap<object, number>) {
+/** The server's responses: once the server is stopping, an answer closes its connection (and goes
+ *  in `closingSockets`), so the client's next request goes to another replica instead of racing the
+ *  close. Not one with more requests under way behind it on the same connection (pipelined):
+ *  Node would drop their answers. */
+function drainingResponse(state: StopState, answering: WeakMap<object, number>, closingSockets: WeakSet<object>) {
   return class DrainingResponse extends ServerResponse {
     override writeHead(statusCode: number, ...rest: unknown[]): this {
-      if (state.stopping && this.socket && answering.get(this.socket) === 1) this.shouldKeepAlive = false;
+      if (state.stopping && this.socket && answering.get(this.socket) === 1) {
+        this.shouldKeepAlive = false;
+        closingSockets.add(this.socket);
+      }
       return super.writeHead.apply(this, [statusCode, ...rest] as Parameters<ServerResponse['writeHead']>);
     }
   };

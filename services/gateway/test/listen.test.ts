@@ -157,6 +157,35 @@ describe('listen', function () {
     assert.equal(await cut, '', 'closed without an answer once the grace period was over');
   });
 
+  it('runs no request pipelined behind an answer that closes its connection: unanswered, it was not run, so the client may send it again', async () => {
+    const app = new Koa();
+    const ran: string[] = [];
+    app.use(async (ctx) => {
+      ran.push(ctx.path);
+      if (ctx.path !== '/stream') return void (ctx.body = { path: ctx.path });
+      await new Promise((r) => setTimeout(r, 200)); // its headers go out once the stop has begun
+      const body = new PassThrough();
+      ctx.body = body;
+      body.write('begun,');
+      setTimeout(() => body.end('ended'), 400);
+    });
+    const stopping = await listen(app, 0, '127.0.0.1');
+    const socket = connect(stopping.port, '127.0.0.1');
+    let answer = '';
+    socket.on('data', (d) => (answer += d.toString('utf8')));
+    const closed = new Promise((r) => socket.on('close', r));
+    socket.write('GET /stream HTTP/1.1\r\nHost: x\r\n\r\n');
+    await new Promise((r) => setTimeout(r, 100));
+    const stopped = stopping.close({ drainMs: 1000 });
+    while (!answer.includes('begun,')) await new Promise((r) => setTimeout(r, 10));
+    assert.match(answer, /Connection: close/i);
+    socket.write('POST /sends HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n'); // pipelined behind it
+    await closed;
+    assert.match(answer, /begun,[\s\S]*ended/, 'the streamed answer was finished');
+    assert.deepEqual(ran, ['/stream'], 'the pipelined request was not run');
+    await stopped;
+  });
+
   it('drains first: says it is stopping, keeps answering new and kept-alive connections, each answer closing its connection', async () => {
     const app = new Koa();
     app.use(async (ctx) => (ctx.body = { path: ctx.path }));
