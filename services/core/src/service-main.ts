@@ -34,7 +34,23 @@ export type StopService = (() => Promise<void>) & { timeoutMs?: number };
 export function runService(name: string, start: () => Promise<StopService>): void {
   let stop: StopService | undefined;
   let signalled: string | undefined;
-  const stopNow = (signal: string, stopService: () => Promise<void>) =>
+  let signalledAt = 0;
+  let force: NodeJS.Timeout | undefined;
+  /** Exits once the stop has taken its time since the signal (armed again when a stop that
+   *  needs longer is known only after the signal, at the end of the start). */
+  const limitStop = (signal: string, timeoutMs: number) => {
+    clearTimeout(force);
+    force = setTimeout(
+      () => {
+        console.error(`${name}: stop after ${signal} took too long; exiting`);
+        process.exit(1);
+      },
+      Math.max(0, signalledAt + timeoutMs - Date.now()),
+    );
+    force.unref();
+  };
+  const stopNow = (signal: string, stopService: StopService) => {
+    limitStop(signal, stopService.timeoutMs ?? STOP_TIMEOUT_MS);
     stopService().then(
       () => process.exit(0),
       (err) => {
@@ -42,16 +58,14 @@ export function runService(name: string, start: () => Promise<StopService>): voi
         process.exit(1);
       },
     );
+  };
   const onSignal = (signal: string) => {
     if (signalled && !stop) process.exit(1); // asked twice while still starting (Ctrl-C again): at once
     if (signalled) return;
     signalled = signal;
-    const force = setTimeout(() => {
-      console.error(`${name}: stop after ${signal} took too long; exiting`);
-      process.exit(1);
-    }, stop?.timeoutMs ?? STOP_TIMEOUT_MS);
-    force.unref();
+    signalledAt = Date.now();
     if (stop) stopNow(signal, stop);
+    else limitStop(signal, STOP_TIMEOUT_MS); // still starting
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
   process.on('SIGINT', () => onSignal('SIGINT'));

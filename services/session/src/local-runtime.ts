@@ -54,6 +54,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   }
 
   stop(instanceId: string): Promise<void> {
+    this.workers.get(instanceId)?.stopComing(); // an operation before it in the lane gives up its waits
     return this.lanes.run(instanceId, async () => {
       await this.opts.db('instances').where({ id: instanceId }).update({ paused: true, updated_at: this.opts.db.fn.now() });
       const worker = this.workers.get(instanceId);
@@ -154,6 +155,7 @@ export class LocalSessionRuntime implements SessionRuntime {
   async close(): Promise<void> {
     // Operations already queued finish first and start nothing new: no worker outlives the runtime.
     this.closed = true;
+    for (const worker of this.workers.values()) worker.stopComing();
     await this.lanes.idleAll();
     const workers = [...this.workers.values()];
     this.workers.clear();

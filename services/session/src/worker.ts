@@ -85,6 +85,8 @@ export class SessionWorker {
   private settingsTimer: NodeJS.Timeout | undefined;
   private oldItemsTimer: NodeJS.Timeout | undefined;
   private running = false;
+  /** A stop waits in the runtime's lane (stopComing). */
+  private stopRequested = false;
   private owning = false;
   /** Starts in a row that failed after taking the lock (the next one waits longer). */
   private failedStarts = 0;
@@ -346,7 +348,7 @@ export class SessionWorker {
     };
     return {
       // The logout a reset asks for is reported as the reset, not as the phone unlinking us.
-      onState: (state, info) => this.applyState(state, this.resetting && state === 'logged_out' ? { ...info, reason: 'reset' } : info),
+      onState: (state, info) => this.applyState(state, this.resetting && state === 'logged_out' ? { ...info, reason: 'reset' } : info, false, STATE_RECORD_RETRY_MS),
       onMessage: async (msg) => {
         if (await recordInbound(inboundDeps, msg)) this.opts.relay.kick();
       },
@@ -367,17 +369,24 @@ export class SessionWorker {
     return row !== undefined;
   }
 
-  /** Applies a connection state: row + event, then consume commands only while connected. */
-  private async applyState(state: ConnectionState, info: StateInfo, evenWhenStopped = false): Promise<void> {
+  /** A stop is on its way (it waits in the runtime's lane behind what runs now): state records
+   *  stop waiting for the database, so the stop comes soon. */
+  stopComing(): void {
+    this.stopRequested = true;
+  }
+
+  /** Applies a connection state: row + event, then consume commands only while connected. A state
+   *  the network reported waits up to `retryForMs`, while the session runs and no stop is coming,
+   *  for a database that is away for a moment (its connection.update would be lost); one the
+   *  worker decides itself does not, since it runs in the runtime's lane, where a stop waits. */
+  private async applyState(state: ConnectionState, info: StateInfo, evenWhenStopped = false, retryForMs = 0): Promise<void> {
     if (!this.running && !evenWhenStopped) return;
     const wasConnected = this.connection === 'connected';
     this.connection = state;
     try {
-      // A state the network reported waits for a database that is away for a moment (its
-      // connection.update would be lost), while the session runs.
       const recorded = await retryWhileFailing(() => recordConnectionState(this.opts.db, this.instanceId, state, info), {
-        forMs: evenWhenStopped ? 0 : STATE_RECORD_RETRY_MS,
-        worthRetrying: (err) => this.running && isDatabaseUnavailable(err),
+        forMs: retryForMs,
+        worthRetrying: (err) => this.running && !this.stopRequested && isDatabaseUnavailable(err),
         onRetry: (err, retryInMs) => this.log.warn({ err: String(err), state, retryInMs }, 'session: the database is not reachable; recording the connection state again'),
       });
       if (recorded) this.opts.relay.kick();
