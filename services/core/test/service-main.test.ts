@@ -1,0 +1,48 @@
+// runService: the stop's time limit, counted from the signal, is the one the started service asks
+// for, also when the signal came while it was still starting (a pod stopped during start-up).
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const SERVICE_MAIN = fileURLToPath(new URL('../src/service-main.ts', import.meta.url));
+
+/** A service that says "starting", starts in `startMs`, then says "started"; its stop takes
+ *  `stopMs` and asks for `timeoutMs`. */
+function serviceScript(startMs: number, stopMs: number, timeoutMs: number): string {
+  return `
+    import { runService } from ${JSON.stringify(SERVICE_MAIN)};
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    runService('probe', async () => {
+      console.log('starting');
+      await sleep(${startMs});
+      console.log('started');
+      return Object.assign(async () => sleep(${stopMs}), { timeoutMs: ${timeoutMs} });
+    });
+    setInterval(() => undefined, 1000); // a running service keeps its process alive`;
+}
+
+/** Runs the script and sends SIGTERM once it printed `signalAt`; resolves with its exit code and stderr. */
+function runAndSignal(script: string, signalAt: 'starting' | 'started'): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
+    child.stdout!.on('data', (d: Buffer) => d.toString('utf8').includes(signalAt) && child.kill('SIGTERM'));
+    child.on('exit', (code) => resolve({ code, stderr }));
+  });
+}
+
+describe('runService', function () {
+  this.timeout(40_000);
+
+  it('gives a stop signalled during start-up the time the service asks for, not the default 20 s', async () => {
+    const run = await runAndSignal(serviceScript(500, 21_000, 25_000), 'starting');
+    assert.equal(run.code, 0, run.stderr);
+  });
+
+  it('exits 1 when a stop takes longer than the time it asked for', async () => {
+    const run = await runAndSignal(serviceScript(0, 5_000, 1_000), 'started');
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /probe: stop after SIGTERM took too long; exiting/);
+  });
+});
