@@ -55,9 +55,11 @@ export class RemoteSessionRuntime implements SessionRuntime {
       if (failure === ANSWERED) return;
       // When no session runs yet, the one the operator starts reads paused=false itself.
       await this.recordStartingIfStopped(instanceId);
+      if (failure === NOT_RUNNING) return;
       // A session that holds a logged-out instance pairs it again only when told (its record said
       // "run" already): a start it did not hear must be asked again, not answered 200.
-      if (failure !== NOT_RUNNING && (await this.heldLoggedOut(instanceId))) throw toProblem(failure);
+      if (await this.heldLoggedOut(instanceId)) throw toProblem(failure);
+      this.warnUnanswered(instanceId, 'start', failure);
     });
   }
 
@@ -153,9 +155,13 @@ export class RemoteSessionRuntime implements SessionRuntime {
     const failure = await this.ask(instanceId, op);
     if (failure !== ANSWERED && failure !== NOT_RUNNING) {
       if (strict) throw toProblem(failure);
-      this.opts.log.warn({ instanceId, op, err: failure instanceof Error ? failure.message : String(failure) }, 'session rpc failed; the session follows the database on its next start');
+      this.warnUnanswered(instanceId, op, failure);
     }
     return failure === ANSWERED;
+  }
+
+  private warnUnanswered(instanceId: string, op: LifecycleOp, failure: unknown): void {
+    this.opts.log.warn({ instanceId, op, err: failure instanceof Error ? failure.message : String(failure) }, 'session rpc failed; the session follows the database on its next start');
   }
 
   /** Sends a lifecycle op: ANSWERED, NOT_RUNNING (a session process without the instance running),

@@ -141,7 +141,7 @@ export class SessionWorker {
     // no socket once stopped, and closing now would release the lock under it.
     await this.startingUp;
     await this.closeSession();
-    if (final) await this.applyState(final.state, { reason: final.reason }, true);
+    if (final) await this.applyState(final.state, { reason: final.reason }, { evenWhenStopped: true });
   }
 
   /** Before the instance is deleted (or, in cluster mode, reset by the operator): unlinks this
@@ -259,7 +259,7 @@ export class SessionWorker {
       this.driver = undefined;
       await driver?.disconnect().catch((e) => this.log.warn({ err: String(e) }, 'session: disconnect failed'));
       await this.closeSession(false);
-      await this.applyState('reconnecting', { reason: 'owner_lock_lost' }, true).catch(() => undefined);
+      await this.applyState('reconnecting', { reason: 'owner_lock_lost' }, { evenWhenStopped: true }).catch(() => undefined);
       await this.tryTakeOwnership();
     })();
   }
@@ -348,7 +348,7 @@ export class SessionWorker {
     };
     return {
       // The logout a reset asks for is reported as the reset, not as the phone unlinking us.
-      onState: (state, info) => this.applyState(state, this.resetting && state === 'logged_out' ? { ...info, reason: 'reset' } : info, false, STATE_RECORD_RETRY_MS),
+      onState: (state, info) => this.applyState(state, this.resetting && state === 'logged_out' ? { ...info, reason: 'reset' } : info, { retryForMs: STATE_RECORD_RETRY_MS }),
       onMessage: async (msg) => {
         if (await recordInbound(inboundDeps, msg)) this.opts.relay.kick();
       },
@@ -379,7 +379,7 @@ export class SessionWorker {
    *  the network reported waits up to `retryForMs`, while the session runs and no stop is coming,
    *  for a database that is away for a moment (its connection.update would be lost); one the
    *  worker decides itself does not, since it runs in the runtime's lane, where a stop waits. */
-  private async applyState(state: ConnectionState, info: StateInfo, evenWhenStopped = false, retryForMs = 0): Promise<void> {
+  private async applyState(state: ConnectionState, info: StateInfo, { evenWhenStopped = false, retryForMs = 0 } = {}): Promise<void> {
     if (!this.running && !evenWhenStopped) return;
     const wasConnected = this.connection === 'connected';
     this.connection = state;
