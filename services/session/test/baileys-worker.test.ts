@@ -312,7 +312,7 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   });
 });
 
-describe('baileys driver: a pairing code asked through the gateway in cluster mode', function () {
+describe('baileys driver through the gateway in cluster mode', function () {
   this.timeout(20_000);
   let env: Env;
   before(async () => (env = await openEnv({ nats: true })));
@@ -339,13 +339,6 @@ describe('baileys driver: a pairing code asked through the gateway in cluster mo
       await session.close();
     }
   });
-});
-
-describe('baileys driver: a delete through the gateway in cluster mode', function () {
-  this.timeout(20_000);
-  let env: Env;
-  before(async () => (env = await openEnv({ nats: true })));
-  after(() => env?.close());
 
   it('the session process unlinks the device from the phone and stops before the gateway deletes the records', async () => {
     const network = new StandInNetwork(env.log, { receiptDelayMs: 5 });
