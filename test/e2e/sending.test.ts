@@ -53,6 +53,10 @@ for (const mode of modes) {
       }
       const sent = await waitForEvent(t.admin, inst.id, (e) => e.type === 'message.sent' && e.data.messageId === res.body.id, 'message.sent');
       assert.deepEqual(sent.data, { messageId: res.body.id, messengerId: res.body.messengerId, phone: '5511988887777', type: 'text' });
+      // The listing is newest first, also for events recorded in the same millisecond (message.sent
+      // and its `sent` status are written together).
+      const listed = ((await t.admin.get(`/api/instances/${inst.id}/events`)).body.data as any[]).filter((e) => e.data.messageId === res.body.id);
+      assert.deepEqual(listed.map((e) => (e.type === 'message.status' ? e.data.status : e.type)).reverse(), ['message.sent', 'sent', 'delivered', 'read']);
       // The network echoes API sends as own messages.
       const echo = await eventually(async () => (await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data.find((m: any) => m.messageId === res.body.messengerId), 5000, 'echo');
       assert.equal(echo.fromMe, true);

@@ -40,9 +40,42 @@ function randomHex(bytes: number): string {
   return out;
 }
 
-/** Time-ordered id: 9 chars of milliseconds in base 36, then randomness. Sorts by creation. */
+/**
+ * The time and random parts of newId. An id made in the same millisecond as the previous one (or
+ * after the clock stepped back) keeps that millisecond and adds a random step of 1–256 to the
+ * previous random part, so ids of one process sort in the order they were made: rows written in
+ * one millisecond, such as the events of one send, list in the order they happened.
+ */
+class IdSequence {
+  private millis = -1;
+  private digits: number[] = [];
+
+  next(): string {
+    const now = Date.now();
+    if (now > this.millis || !this.advance(1 + pool.next())) {
+      this.millis = Math.max(now, this.millis + 1);
+      this.digits = Array.from(randomChars(12), (c) => ALPHABET.indexOf(c));
+    }
+    return this.millis.toString(36).padStart(9, '0') + this.digits.map((d) => ALPHABET[d]).join('');
+  }
+
+  /** Adds `step` to the base-36 digits; false when they would overflow. */
+  private advance(step: number): boolean {
+    let carry = step;
+    for (let i = this.digits.length - 1; i >= 0 && carry > 0; i--) {
+      const sum = this.digits[i] + carry;
+      this.digits[i] = sum % 36;
+      carry = Math.floor(sum / 36);
+    }
+    return carry === 0;
+  }
+}
+
+const sequence = new IdSequence();
+
+/** Time-ordered id: 9 chars of milliseconds in base 36, then 12 of randomness. Sorts by creation. */
 export function newId(prefix: string): string {
-  return `${prefix}_${Date.now().toString(36).padStart(9, '0')}${randomChars(12)}`;
+  return `${prefix}_${sequence.next()}`;
 }
 
 /** An id that is also a valid Kubernetes object name (≤ 40 chars, [a-z0-9-]). */

@@ -15,6 +15,14 @@ describe('ids', () => {
     assert.ok(first.slice(0, 13) < later.slice(0, 13), 'the time part sorts by creation');
   });
 
+  it('newId: ids made in one millisecond sort in the order they were made', () => {
+    // Thousands of ids take a few milliseconds, so most share theirs with the previous id.
+    const ids = Array.from({ length: 5000 }, (_, i) => newId(i % 2 ? 'evt' : 'msg').slice(4));
+    const sharing = ids.filter((id, i) => i > 0 && id.slice(0, 9) === ids[i - 1].slice(0, 9)).length;
+    assert.ok(sharing > 1000, `${sharing} ids shared a millisecond`);
+    for (let i = 1; i < ids.length; i++) assert.ok(ids[i - 1] < ids[i], `${ids[i - 1]} before ${ids[i]}`);
+  });
+
   it('newResourceId is a Kubernetes name; newMessengerId is 3EB0 + 20 upper-case hex digits', () => {
     for (let i = 0; i < 1000; i++) {
       assert.match(newResourceId('inst'), RESOURCE_ID);
@@ -25,7 +33,8 @@ describe('ids', () => {
   it('draws every character about equally often (no modulo bias), across pool refills', () => {
     const counts = new Map<string, number>();
     const n = 20_000; // × 12 characters: many 4 KiB refills
-    for (let i = 0; i < n; i++) for (const c of newId('x').slice(11)) counts.set(c, (counts.get(c) ?? 0) + 1);
+    // newResourceId is all random characters (newId's continue the previous id within a millisecond).
+    for (let i = 0; i < n; i++) for (const c of newResourceId('inst').slice(5, 17)) counts.set(c, (counts.get(c) ?? 0) + 1);
     assert.equal(counts.size, 36);
     const expected = (n * 12) / 36;
     // With bias the first 4 characters ('0'–'3') would be drawn 8/256 instead of 1/36 of the
