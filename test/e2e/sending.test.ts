@@ -182,7 +182,6 @@ for (const mode of modes) {
         // Fields the type cannot carry would be dropped unsent.
         [{ phone: '5511988887777', type: 'text', text: 'x', caption: 'no' }, 400],
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', text: 'words go in caption' }, 400],
-        [{ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', caption: 'no' }, 400],
         [{ phone: '5511988887777', type: 'image', mimetype: 'image/png' }, 400],
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64() }, 400],
         [{ phone: '5511988887777', type: 'image', base64: `data:image/png;base64,${mediaFixtures.png.base64()}`, mimetype: 'image/png' }, 400],
@@ -203,9 +202,15 @@ for (const mode of modes) {
       }
       // Blank fields are no content: a client that sends every field is not refused for them.
       assert.equal((await send({ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', text: '', caption: '' })).status, 202);
+      // A caption is optional on every media type but audio (the specification): a sticker's shows nowhere.
+      const captioned = await send({ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', caption: 'not shown' });
+      assert.equal(captioned.status, 202, JSON.stringify(captioned.body));
+      await waitForSendStatus(t.admin, inst.id, captioned.body.id, ['read']);
+      const stickerEcho = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === captioned.body.messengerId), 5000, 'sticker echo');
+      assert.equal(stickerEcho.text, null);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'every field', base64: '', mimetype: '', caption: '', fileName: '' })).status, 202);
       const afterCount = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length;
-      assert.equal(afterCount, Math.min(50, before + 7));
+      assert.equal(afterCount, Math.min(50, before + 8));
     });
 
     it('refuses NUL characters and unpaired surrogates with 400 or 404, never a 5xx', async () => {
@@ -365,7 +370,11 @@ for (const mode of modes) {
     it('issues pairing codes once per interval, never when connected, and completes pairing', async () => {
       assert.equal((await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' })).status, 409);
       const fresh = (await t.admin.post('/api/instances', { name: 'Pairing' })).body;
-      assert.equal((await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '+55 11' })).status, 400);
+      const invalid = await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '+55 11' });
+      assert.equal(invalid.status, 400);
+      const unauthenticated = await t.client('no-such-key').post(`/api/instances/${fresh.id}/pairing-code`, { phone: '5511900000005' });
+      assert.equal(unauthenticated.status, 401);
+      for (const refusal of [invalid, unauthenticated]) assert.equal(refusal.headers.get('cache-control'), 'no-store', 'refused before the handler runs');
       const code = await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '5511900000005' });
       assert.equal(code.status, 200, JSON.stringify(code.body));
       assert.equal(code.headers.get('cache-control'), 'no-store');

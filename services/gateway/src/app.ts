@@ -64,6 +64,7 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
 
 async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> {
   const params = (ctx as any).params as Record<string, string>;
+  if (r.headers) ctx.set(r.headers);
   let principal: Principal | undefined;
   if (checkedBeforeHandler(r.auth)) {
     principal = await resolvePrincipal(deps, bearerToken(ctx));

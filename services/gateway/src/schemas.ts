@@ -54,7 +54,7 @@ export const SendBody = z
     text: z.string().max(16000).optional().describe('The message of type text (required there). Media types take their words in caption; a non-empty text there is refused.'),
     base64: z.string().optional(),
     mimetype: z.string().max(255).optional(),
-    caption: z.string().max(16000).optional().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on sticker or text.'),
+    caption: z.string().max(16000).optional().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on text; a sticker\'s is kept with the item but shown by no recipient.'),
     fileName: z.string().max(255).optional().describe('Shown by recipients of a document; an empty string is none.'),
     ptt: z.boolean().optional(),
   })
@@ -71,11 +71,10 @@ export const SendBody = z
     }
     if (b.base64 === undefined || b.base64.length === 0) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });
     if (b.mimetype === undefined || b.mimetype.length === 0) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
-    // Likewise dropped: `text` of a media message (its words go in caption), and a caption the
-    // network cannot carry (audio, sticker).
+    // Likewise dropped: `text` of a media message (its words go in caption). A caption is optional
+    // on every media type but audio (the specification's one exception), though a sticker shows none.
     if (b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
     if (b.type === 'audio' && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
-    if (b.type === 'sticker' && b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for sticker' });
   });
 export type SendRequest = z.infer<typeof SendBody>;
 

@@ -40,6 +40,8 @@ export interface Route<B = any, Q = any> {
   tag: string;
   body?: z.ZodType<B>;
   query?: z.ZodType<Q>;
+  /** Headers of every answer of the route, refusals by authentication or validation included. */
+  headers?: Record<string, string>;
   /** Largest accepted request body in bytes (default 1 MiB). */
   bodyLimit?: number;
   /** A request without a body is refused, where "no body" must not mean "no fields" (a replace-all save). */

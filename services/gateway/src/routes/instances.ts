@@ -193,9 +193,9 @@ export const instanceRoutes = [
     tag: 'lifecycle',
     summary: 'Request a phone pairing code (one per interval; never logged)',
     body: PairingBody,
+    headers: SECRET_HEADERS, // every answer of this route, refusals too (spec: pairing codes)
     responses: { 200: z.object({ code: z.string(), expiresAt: z.string() }), 409: 'already connected', 429: 'too soon' },
-    handler: async ({ ctx, deps, params, body }) => {
-      ctx.set(SECRET_HEADERS); // every answer of this route, refusals too (spec: pairing codes)
+    handler: async ({ deps, params, body }) => {
       const row = await loadInstance(deps, params.id);
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
       // A disconnected instance that kept its linked phone would reconnect with it, not pair:
@@ -217,7 +217,7 @@ export const instanceRoutes = [
       }
       // The session says until when its code works; a session of an older version does not.
       const expiresAt = typeof reply.expiresAt === 'string' ? reply.expiresAt : new Date(Date.now() + PAIRING_CODE_TTL_MS).toISOString();
-      return { body: { code: String(reply.code), expiresAt }, headers: SECRET_HEADERS };
+      return { body: { code: String(reply.code), expiresAt } };
     },
   }),
 ];

@@ -366,7 +366,7 @@ function echoOf(msg: OutboundMessage): OwedEcho {
     fromMe: true,
     name: null,
     type: msg.type,
-    text: msg.type === 'text' ? (msg.text ?? null) : (msg.caption ?? null),
+    text: msg.type === 'text' ? (msg.text ?? null) : msg.type === 'sticker' ? null : (msg.caption ?? null),
     isGroup: msg.to.kind === 'group',
     media: msg.media ? { mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName, voiceNote: msg.ptt === true, seconds: msg.seconds } : undefined,
   };
