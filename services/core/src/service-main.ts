@@ -30,7 +30,8 @@ export type StopService = (() => Promise<void>) & { timeoutMs?: number };
 
 /** A SIGTERM/SIGINT that comes while the service is still starting (a pod stopped during
  *  start-up) stops it as soon as it has started, rather than killing it half-way; either way the
- *  stop's time-out bounds the wait. */
+ *  stop's time-out bounds the wait. A second signal (Ctrl-C again) exits at once: what the stop
+ *  would still have recorded is then left as a kill -9 leaves it, which every part recovers from. */
 export function runService(name: string, start: () => Promise<StopService>): void {
   let stop: StopService | undefined;
   let signalled: string | undefined;
@@ -60,8 +61,10 @@ export function runService(name: string, start: () => Promise<StopService>): voi
     );
   };
   const onSignal = (signal: string) => {
-    if (signalled && !stop) process.exit(1); // asked twice while still starting (Ctrl-C again): at once
-    if (signalled) return;
+    if (signalled) {
+      console.error(`${name}: ${signal} again; exiting without waiting for the stop`);
+      process.exit(1);
+    }
     signalled = signal;
     signalledAt = Date.now();
     if (stop) stopNow(signal, stop);

@@ -21,13 +21,18 @@ function serviceScript(startMs: number, stopMs: number, timeoutMs: number): stri
     setInterval(() => undefined, 1000); // a running service keeps its process alive`;
 }
 
-/** Runs the script and sends SIGTERM once it printed `signalAt`; resolves with its exit code and stderr. */
-function runAndSignal(script: string, signalAt: 'starting' | 'started'): Promise<{ code: number | null; stderr: string }> {
+/** Runs the script and sends SIGTERM once it printed `signalAt` (then SIGINT too, with `again`);
+ *  resolves with its exit code and stderr. */
+function runAndSignal(script: string, signalAt: 'starting' | 'started', again = false): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
-    child.stdout!.on('data', (d: Buffer) => d.toString('utf8').includes(signalAt) && child.kill('SIGTERM'));
+    child.stdout!.on('data', (d: Buffer) => {
+      if (!d.toString('utf8').includes(signalAt)) return;
+      child.kill('SIGTERM');
+      if (again) setTimeout(() => child.kill('SIGINT'), 200);
+    });
     child.on('exit', (code) => resolve({ code, stderr }));
   });
 }
@@ -44,5 +49,12 @@ describe('runService', function () {
     const run = await runAndSignal(serviceScript(0, 5_000, 1_000), 'started');
     assert.equal(run.code, 1);
     assert.match(run.stderr, /probe: stop after SIGTERM took too long; exiting/);
+  });
+
+  it('exits at once on a second signal (Ctrl-C again), without waiting for the stop', async () => {
+    // The stop would take a minute, longer than this test may.
+    const run = await runAndSignal(serviceScript(0, 60_000, 60_000), 'started', true);
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /probe: SIGINT again; exiting without waiting for the stop/);
   });
 });
