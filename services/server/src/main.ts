@@ -17,7 +17,7 @@ async function start(): Promise<StopService> {
     console.log(`Switchboard: administrative key is in ${config.dataDir}/admin-key`);
   }
   async function stop() {
-    console.log(config.shutdownDelayMs ? `Switchboard: stopping (serving ${config.shutdownDelayMs} ms more while the load balancer lets go)…` : 'Switchboard: stopping (Ctrl-C again exits at once)…');
+    console.log(config.shutdownDelayMs ? `Switchboard: stopping (serving ${config.shutdownDelayMs} ms more while the load balancer lets go)…` : 'Switchboard: stopping… (Ctrl-C again exits at once)');
     await server.stop();
     await telemetry.shutdown();
   }
