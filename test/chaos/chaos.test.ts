@@ -104,7 +104,7 @@ class MixedLoad {
 }
 
 describe(`chaos: cluster mode under kill -9 and server restarts (${LONG ? 'long' : 'short'} form)`, function () {
-  this.timeout(LONG ? 900_000 : 120_000);
+  this.timeout(LONG ? 900_000 : 150_000); // the short form's 2 minutes, and 30 s for the load's minimum (MixedLoad.stop)
   let pg: PrivateServer;
   let nats: PrivateServer;
   let cluster: Cluster;

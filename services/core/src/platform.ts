@@ -40,6 +40,9 @@ export interface PlatformOptions {
   /** Run migrations (the gateway and the embedded server do; the dispatcher and the operator call
    *  migrate() themselves; session processes never migrate). */
   migrate: boolean;
+  /** Claims the database for this process before anything is written to it (the embedded
+   *  server's lock, see services/server/src/server-lock.ts); released at close. */
+  claimDatabase?: (db: Db, log: Logger) => Promise<{ release(): Promise<void> }>;
   log?: Logger;
 }
 
@@ -58,6 +61,10 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   try {
     const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
     closers.unshift(() => db.destroy());
+    if (opts.claimDatabase) {
+      const claim = await startStep(database, 'cannot be used', () => opts.claimDatabase!(db, log));
+      closers.unshift(() => claim.release());
+    }
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
     await checkEncryptionKeyAtStart(db, crypto);
     const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));

@@ -30,8 +30,9 @@ export type StopService = (() => Promise<void>) & { timeoutMs?: number };
 
 /** A SIGTERM/SIGINT that comes while the service is still starting (a pod stopped during
  *  start-up) stops it as soon as it has started, rather than killing it half-way; either way the
- *  stop's time-out bounds the wait. A second signal (Ctrl-C again) exits at once: what the stop
- *  would still have recorded is then left as a kill -9 leaves it, which every part recovers from. */
+ *  stop's time-out bounds the wait. A second SIGINT (Ctrl-C again) exits at once, leaving what
+ *  the stop was still doing as a kill -9 would. A repeated SIGTERM changes nothing: make and
+ *  stops of a whole process group deliver it twice at once, and supervisors send SIGKILL later. */
 export function runService(name: string, start: () => Promise<StopService>): void {
   let stop: StopService | undefined;
   let signalled: string | undefined;
@@ -61,10 +62,11 @@ export function runService(name: string, start: () => Promise<StopService>): voi
     );
   };
   const onSignal = (signal: string) => {
-    if (signalled) {
+    if (signalled && signal === 'SIGINT') {
       console.error(`${name}: ${signal} again; exiting without waiting for the stop`);
       process.exit(1);
     }
+    if (signalled) return;
     signalled = signal;
     signalledAt = Date.now();
     if (stop) stopNow(signal, stop);

@@ -21,9 +21,9 @@ function serviceScript(startMs: number, stopMs: number, timeoutMs: number): stri
     setInterval(() => undefined, 1000); // a running service keeps its process alive`;
 }
 
-/** Runs the script and sends SIGTERM once it printed `signalAt` (then SIGINT too, with `again`);
+/** Runs the script and sends SIGTERM once it printed `signalAt` (then `again` too, 200 ms later);
  *  resolves with its exit code and stderr. */
-function runAndSignal(script: string, signalAt: 'starting' | 'started', again = false): Promise<{ code: number | null; stderr: string }> {
+function runAndSignal(script: string, signalAt: 'starting' | 'started', again?: NodeJS.Signals): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
@@ -31,7 +31,7 @@ function runAndSignal(script: string, signalAt: 'starting' | 'started', again = 
     child.stdout!.on('data', (d: Buffer) => {
       if (!d.toString('utf8').includes(signalAt)) return;
       child.kill('SIGTERM');
-      if (again) setTimeout(() => child.kill('SIGINT'), 200);
+      if (again) setTimeout(() => child.kill(again), 200);
     });
     child.on('exit', (code) => resolve({ code, stderr }));
   });
@@ -51,10 +51,15 @@ describe('runService', function () {
     assert.match(run.stderr, /probe: stop after SIGTERM took too long; exiting/);
   });
 
-  it('exits at once on a second signal (Ctrl-C again), without waiting for the stop', async () => {
+  it('exits at once on a SIGINT during the stop (Ctrl-C again), without waiting for it', async () => {
     // The stop would take a minute, longer than this test may.
-    const run = await runAndSignal(serviceScript(0, 60_000, 60_000), 'started', true);
+    const run = await runAndSignal(serviceScript(0, 60_000, 60_000), 'started', 'SIGINT');
     assert.equal(run.code, 1);
     assert.match(run.stderr, /probe: SIGINT again; exiting without waiting for the stop/);
+  });
+
+  it('finishes the stop when SIGTERM comes twice (make forwards it to a process group that got it too)', async () => {
+    const run = await runAndSignal(serviceScript(0, 1_000, 20_000), 'started', 'SIGTERM');
+    assert.equal(run.code, 0, run.stderr);
   });
 });

@@ -1,12 +1,12 @@
 // The embedded deployment: gateway, local session runtime, dispatcher and background jobs in one
 // process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
 // in-process bus in DATA_DIR.
-import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, startEventRetention, startStep, withChosenPort, type Config, type Logger, type Platform } from '@switchboard/core';
+import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, startEventRetention, withChosenPort, type Config, type Db, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, requeueQueuedCommands, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
 import { startDatabaseVacuum } from './database-vacuum.ts';
-import { holdServerLock, type ServerLock } from './server-lock.ts';
+import { holdServerLock } from './server-lock.ts';
 
 export interface EmbeddedServer {
   url: string;
@@ -19,11 +19,21 @@ export interface EmbeddedServer {
   stop(): Promise<void>;
 }
 
-export async function startEmbeddedServer(configured: Config = loadConfig(), opts: { log?: Logger } = {}): Promise<EmbeddedServer> {
+export interface EmbeddedServerOptions {
+  log?: Logger;
+  /** Another server took this one's database while it was away (see server-lock.ts): stop. */
+  onLockTaken?: (err: Error) => void;
+}
+
+export async function startEmbeddedServer(configured: Config = loadConfig(), opts: EmbeddedServerOptions = {}): Promise<EmbeddedServer> {
   const config = await withChosenPort(configured);
-  const platform = await openPlatform(config, { service: 'switchboard', generateMissingKeys: true, migrate: true, log: opts.log });
+  // On PostgreSQL a server without NATS must be the only one there (server-lock.ts); it stops if
+  // another one took the lock while the database was away. PGlite has the DATA_DIR lock.
+  const claimDatabase = config.databaseUrl
+    ? (db: Db, log: Logger) => holdServerLock(db, config.natsUrl ? 'shared' : 'sole', { onTaken: opts.onLockTaken ?? ((err) => log.error(err.message)) })
+    : undefined;
+  const platform = await openPlatform(config, { service: 'switchboard', generateMissingKeys: true, migrate: true, claimDatabase, log: opts.log });
   const { db, bus, media, crypto, log } = platform;
-  const serverLock = await takeServerLock(config, platform);
   const relay = new OutboxRelay(db, bus, log);
   // The in-process bus starts empty: the commands of sends queued before the restart go first, in
   // the order they were accepted, so a send never overtakes an older one of its instance.
@@ -61,19 +71,6 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
       await dispatcher.stop();
       await relay.stop();
       await platform.close();
-      await serverLock?.release();
     },
   };
-}
-
-/** On PostgreSQL, the lock that keeps a server without NATS alone on its database (see
- *  server-lock.ts); PGlite has the DATA_DIR lock. */
-async function takeServerLock(config: Config, platform: Platform): Promise<ServerLock | undefined> {
-  if (!config.databaseUrl) return undefined;
-  try {
-    return await startStep('DATABASE_URL', 'cannot be used', () => holdServerLock(platform.db, platform.log, config.natsUrl ? 'shared' : 'sole'));
-  } catch (err) {
-    await platform.close();
-    throw err;
-  }
 }

@@ -7,7 +7,13 @@ async function start(): Promise<StopService> {
   const config = await withChosenPort(environment.config);
   console.log(`Switchboard: starting (data in ${config.dataDir}, driver ${config.networkDriver}, ${config.databaseUrl ? 'PostgreSQL' : 'embedded PGlite'}, ${config.natsUrl ? 'NATS' : 'in-process bus'})…`);
   const telemetry = await startTelemetry({ serviceName: 'switchboard' });
-  const server = await startEmbeddedServer(config);
+  const server = await startEmbeddedServer(config, {
+    onLockTaken: (err) => {
+      console.error(`Switchboard: ${err.message}; stopping`);
+      setTimeout(() => process.exit(1), STOP_TIMEOUT_MS).unref();
+      void server.stop().finally(() => process.exit(1));
+    },
+  });
   console.log(`Switchboard: listening on ${config.publicBaseUrl} (bound to ${config.host}:${server.port})`);
   console.log(`Switchboard: API description at ${config.publicBaseUrl}/openapi.json, dashboard at ${config.publicBaseUrl}/ui`);
   if (server.adminKeyGenerated) {
@@ -17,7 +23,7 @@ async function start(): Promise<StopService> {
     console.log(`Switchboard: administrative key is in ${config.dataDir}/admin-key`);
   }
   async function stop() {
-    console.log(config.shutdownDelayMs ? `Switchboard: stopping (serving ${config.shutdownDelayMs} ms more while the load balancer lets go)…` : 'Switchboard: stopping… (Ctrl-C again exits at once)');
+    console.log(config.shutdownDelayMs ? `Switchboard: stopping (serving ${config.shutdownDelayMs} ms more while the load balancer lets go)…` : 'Switchboard: stopping… (Ctrl-C again exits at once, as a kill would)');
     await server.stop();
     await telemetry.shutdown();
   }

@@ -2,12 +2,13 @@
 // PostgreSQL database: another one would accept sends that no session hears.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import pg from 'pg';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, loadConfig, type Db } from '@switchboard/core';
 import { startEmbeddedServer, type EmbeddedServer } from '../src/embedded.ts';
-import { ANOTHER_SERVER, holdServerLock, type ServerLock } from '../src/server-lock.ts';
+import { ANOTHER_SERVER, SERVER_LOCK_KEY, holdServerLock } from '../src/server-lock.ts';
 import { NATS_URL, openTestDatabase, testNamespace } from '../../../test/support/services.ts';
 import { freePort } from '../../../test/support/server.ts';
 
@@ -44,41 +45,66 @@ describe('server lock: one server without NATS on a PostgreSQL database', functi
     await second.stop();
   });
 
+  const noTaker = { onTaken: (err: Error) => assert.fail(err) };
+  const advisoryHolders = async () =>
+    (await database.db.raw(`select pid from pg_locks where locktype = 'advisory' and granted and database = (select oid from pg_database where datname = current_database())`)).rows as { pid: number }[];
+
   it('lets servers with NATS share the database, and keeps a server without NATS off it', async () => {
     const namespace = testNamespace();
     const a = await start({ NATS_URL, NATS_NAMESPACE: namespace });
     const b = await start({ NATS_URL, NATS_NAMESPACE: namespace });
     try {
       assert.ok((await fetch(`${b.url}/health`)).ok);
-      await assert.rejects(holdServerLock(database.db, log, 'sole', { waitMs: 300 }), { message: ANOTHER_SERVER });
+      await assert.rejects(holdServerLock(database.db, 'sole', { ...noTaker, waitMs: 300 }), { message: ANOTHER_SERVER });
     } finally {
       await Promise.all([a.stop(), b.stop()]);
     }
-    const sole = await holdServerLock(database.db, log, 'sole', { waitMs: 300 });
-    await assert.rejects(holdServerLock(database.db, log, 'shared', { waitMs: 300 }), { message: ANOTHER_SERVER });
+    const sole = await holdServerLock(database.db, 'sole', { ...noTaker, waitMs: 300 });
+    await assert.rejects(holdServerLock(database.db, 'shared', { ...noTaker, waitMs: 300 }), { message: ANOTHER_SERVER });
     await sole.release();
   });
 
   it('takes the lock again when the database ended its connection (a restart)', async () => {
-    let held: ServerLock | undefined = await holdServerLock(database.db, log, 'sole', { retakeEveryMs: 100 });
+    const held = await holdServerLock(database.db, 'sole', { ...noTaker, retakeEveryMs: 100 });
     try {
-      const terminated = await database.db.raw(`select pg_terminate_backend(pid) as ok from pg_locks where locktype = 'advisory' and granted and database = (select oid from pg_database where datname = current_database())`);
-      assert.equal(terminated.rows.length, 1, 'the lock had its own connection');
-      // Free while the holder reconnects, then held again: another server is refused.
-      const deadline = Date.now() + 10_000;
-      for (;;) {
-        const other = await holdServerLock(database.db, log, 'sole', { waitMs: 0 }).catch(() => undefined);
-        if (!other) break;
-        await other.release();
-        assert.ok(Date.now() < deadline, 'the lock was not taken again');
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      await held.release();
-      held = undefined;
-      const after = await holdServerLock(database.db, log, 'sole', { waitMs: 300 });
-      await after.release();
+      const [holder] = await advisoryHolders();
+      await database.db.raw('select pg_terminate_backend(?, 5000)', [holder.pid]);
+      await until(async () => (await advisoryHolders()).some((h) => h.pid !== holder.pid), 'the lock was not taken again');
+      await assert.rejects(holdServerLock(database.db, 'sole', { ...noTaker, waitMs: 0 }), { message: ANOTHER_SERVER });
     } finally {
-      await held?.release();
+      await held.release();
+    }
+    assert.deepEqual(await advisoryHolders(), [], 'released');
+  });
+
+  it('tells a server whose lock another one took while its connection was away', async () => {
+    const taken: Error[] = [];
+    const held = await holdServerLock(database.db, 'sole', { onTaken: (err) => taken.push(err), retakeEveryMs: 100 });
+    const other = new pg.Client(database.url);
+    await other.connect();
+    try {
+      // End the holder's connection and take the lock before the holder connects again (it
+      // usually needs a few round trips longer; when it wins, again).
+      let took = false;
+      for (let round = 0; round < 20 && !took; round++) {
+        const holders = await advisoryHolders();
+        for (const { pid } of holders) await other.query('select pg_terminate_backend($1)', [pid]);
+        for (let i = 0; i < 500 && !took; i++) took = (await other.query('select pg_try_advisory_lock($1::bigint) as ok', [SERVER_LOCK_KEY])).rows[0].ok;
+      }
+      assert.ok(took, 'the other connection never got the lock');
+      await until(async () => taken.length > 0, 'the holder was not told');
+      assert.equal(taken[0].message, ANOTHER_SERVER);
+    } finally {
+      await other.end();
+      await held.release();
     }
   });
 });
+
+async function until(check: () => Promise<boolean>, failure: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, failure);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -23,7 +23,13 @@ export interface LockProbe {
 export const DEFAULT_LOCK_PROBE: LockProbe = { everyMs: 5_000, timeoutMs: 10_000 };
 
 export function ownerLockFor(db: Db, instanceId: string, onLost: (err: Error) => void, probe: LockProbe = DEFAULT_LOCK_PROBE): OwnerLock {
-  return isEmbedded(db) ? new InProcessLock(db, instanceId) : new AdvisoryLock(db, instanceId, onLost, probe);
+  return isEmbedded(db) ? new InProcessLock(db, instanceId) : new AdvisoryLock(db, { key: sessionLockKey(instanceId), shared: false }, onLost, probe);
+}
+
+/** A PostgreSQL advisory lock on its own connection, watched like an owner lock: `key` is a signed
+ *  64-bit integer as a string; `shared` holders exclude only exclusive ones. */
+export function advisoryLock(db: Db, lock: { key: string; shared: boolean }, onLost: (err: Error) => void, probe: LockProbe = DEFAULT_LOCK_PROBE): OwnerLock {
+  return new AdvisoryLock(db, lock, onLost, probe);
 }
 
 /** How long the server waits for a silent lock holder: probes after 10 s idle, every 5 s, 3 tries
@@ -56,7 +62,7 @@ class AdvisoryLock implements OwnerLock {
 
   constructor(
     private readonly db: Db,
-    private readonly instanceId: string,
+    private readonly lock: { key: string; shared: boolean },
     private readonly onLost: (err: Error) => void,
     private readonly probe: LockProbe,
   ) {}
@@ -64,7 +70,11 @@ class AdvisoryLock implements OwnerLock {
   async tryAcquire(): Promise<boolean> {
     if (this.client) return true;
     const client = await openLockConnection(this.db);
-    const { rows } = await client.query('SELECT pg_try_advisory_lock($1::bigint) AS ok', [sessionLockKey(this.instanceId)]);
+    const take = this.lock.shared ? 'pg_try_advisory_lock_shared' : 'pg_try_advisory_lock';
+    const { rows } = await client.query(`SELECT ${take}($1::bigint) AS ok`, [this.lock.key]).catch(async (err) => {
+      await client.end().catch(() => undefined);
+      throw err;
+    });
     if (!rows[0]?.ok) {
       await client.end().catch(() => undefined);
       return false;

@@ -193,7 +193,7 @@ export const instanceRoutes = [
     tag: 'lifecycle',
     summary: 'Request a phone pairing code (one per interval; never logged)',
     body: PairingBody,
-    headers: SECRET_HEADERS, // every answer of this route, refusals too (spec: pairing codes)
+    headers: SECRET_HEADERS, // every answer this route gives, its refusals too (spec: pairing codes)
     responses: { 200: z.object({ code: z.string(), expiresAt: z.string() }), 409: 'already connected', 429: 'too soon' },
     handler: async ({ deps, params, body }) => {
       const row = await loadInstance(deps, params.id);
