@@ -128,7 +128,7 @@ export class RemoteSessionRuntime implements SessionRuntime {
   /** No session runs for an instance that is not paused (yet): `starting`, not `stopped`, until
    *  the one the operator starts records its own states. */
   private recordStartingIfStopped(instanceId: string): Promise<void> {
-    return this.recordUnheld(instanceId, (row) => (row.state === 'stopped' && !row.paused ? { state: 'starting', reason: null } : null));
+    return this.recordUnheld(instanceId, (row) => (row.state === 'stopped' && !row.paused ? { state: 'starting', reason: 'session_started' } : null));
   }
 
   /** Only for an instance no session holds: one that holds it but did not answer (cut off from

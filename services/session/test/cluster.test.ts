@@ -119,6 +119,9 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
     const created = await env.createInstance({ paused: false, state: 'stopped' });
     await remote.created(created);
     assert.deepEqual(await state(created), ['starting', false]);
+    // The same connection.update as an embedded server's session gives when it starts.
+    const [update] = await eventsOf(env.db, created, 'connection.update');
+    assert.deepEqual(update.data, { state: 'starting', previousState: 'stopped', phone: null, reason: 'session_started' });
     const paused = await env.createInstance({ paused: true, state: 'stopped' });
     await remote.start(paused);
     assert.deepEqual(await state(paused), ['starting', false]);
