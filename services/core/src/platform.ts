@@ -62,7 +62,7 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
     const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
     closers.unshift(() => db.destroy());
     if (opts.claimDatabase) {
-      const claim = await startStep(database, 'cannot be used', () => opts.claimDatabase!(db, log));
+      const claim = await startStep(database, 'cannot open or claim the database', () => opts.claimDatabase!(db, log));
       closers.unshift(() => claim.release());
     }
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));

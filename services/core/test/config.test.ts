@@ -187,7 +187,8 @@ describe('configuration', () => {
     const server = await builtService('server');
     this.timeout(60_000);
     const cases: [Record<string, string>, RegExp][] = [
-      [{ DATABASE_URL: 'postgres://127.0.0.1:1/none' }, /^Switchboard failed to start: DATABASE_URL: cannot open or migrate the database \(.*ECONNREFUSED/m],
+      // The embedded server claims its database (server-lock.ts) before it migrates it.
+      [{ DATABASE_URL: 'postgres://127.0.0.1:1/none' }, /^Switchboard failed to start: DATABASE_URL: cannot open or claim the database \(.*ECONNREFUSED/m],
       [{ NATS_URL: 'nats://127.0.0.1:1' }, /^Switchboard failed to start: NATS_URL: cannot open the bus/m],
       [{ HOST: 'no-such-host.invalid' }, /^Switchboard failed to start: HOST\/PORT: cannot listen on no-such-host.invalid:/m],
       // A parent that refuses new entries with ENOENT made Node's recursive mkdir loop for ever.

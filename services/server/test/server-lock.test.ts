@@ -37,7 +37,7 @@ describe('server lock: one server without NATS on a PostgreSQL database', functi
   it('refuses a second server without NATS, naming DATABASE_URL, and lets it start once the first stopped', async () => {
     const first = await start();
     try {
-      await assert.rejects(start(), (err: Error) => err.message.startsWith(`DATABASE_URL: cannot be used (${ANOTHER_SERVER}`));
+      await assert.rejects(start(), (err: Error) => err.message.startsWith(`DATABASE_URL: cannot open or claim the database (${ANOTHER_SERVER}`));
     } finally {
       await first.stop();
     }
