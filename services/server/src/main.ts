@@ -1,19 +1,20 @@
 // `make run`: the embedded server. Prints where it listens and, on first start, the admin key.
 import { STOP_TIMEOUT_MS, checkTelemetryEnv, loadConfig, readEnvironment, runService, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
-import { startEmbeddedServer } from './embedded.ts';
+import { startEmbeddedServer, type EmbeddedServer } from './embedded.ts';
 
 async function start(): Promise<StopService> {
   const environment = readEnvironment({ config: () => loadConfig(), telemetry: () => checkTelemetryEnv() });
   const config = await withChosenPort(environment.config);
   console.log(`Switchboard: starting (data in ${config.dataDir}, driver ${config.networkDriver}, ${config.databaseUrl ? 'PostgreSQL' : 'embedded PGlite'}, ${config.natsUrl ? 'NATS' : 'in-process bus'})…`);
   const telemetry = await startTelemetry({ serviceName: 'switchboard' });
-  const server = await startEmbeddedServer(config, {
+  let started: EmbeddedServer | undefined;
+  const server = (started = await startEmbeddedServer(config, {
     onLockTaken: (err) => {
       console.error(`Switchboard: ${err.message}; stopping`);
       setTimeout(() => process.exit(1), STOP_TIMEOUT_MS).unref();
-      void server.stop().finally(() => process.exit(1));
+      void (started?.stop() ?? Promise.resolve()).finally(() => process.exit(1));
     },
-  });
+  }));
   console.log(`Switchboard: listening on ${config.publicBaseUrl} (bound to ${config.host}:${server.port})`);
   console.log(`Switchboard: API description at ${config.publicBaseUrl}/openapi.json, dashboard at ${config.publicBaseUrl}/ui`);
   if (server.adminKeyGenerated) {
