@@ -1,7 +1,11 @@
 // Cluster mode end to end: gateway, session and dispatcher as separate processes on PostgreSQL and
 // NATS. The gateway reaches the session over NATS request/reply; sends and events cross the bus.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
+import { Objm } from '@nats-io/obj';
+import { connect } from '@nats-io/transport-node';
+import { natsMediaBucketName } from '@switchboard/core';
 import { startCluster, type Cluster } from '../support/cluster.ts';
 import { ApiClient, eventually } from '../support/http.ts';
 import { createTestDatabase, NATS_URL, testNamespace } from '../support/services.ts';
@@ -15,11 +19,12 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
   let database: Awaited<ReturnType<typeof createTestDatabase>>;
   let receiver: HttpsReceiver;
   let admin: ApiClient;
+  const namespace = testNamespace();
 
   before(async () => {
     database = await createTestDatabase();
     receiver = await startHttpsReceiver();
-    cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace: testNamespace(), env: { SANDBOX_RECEIPT_DELAY_MS: '5' } });
+    cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace, env: { SANDBOX_RECEIPT_DELAY_MS: '5' } });
     admin = new ApiClient(cluster.url, cluster.adminKey);
   });
   after(async () => {
@@ -48,6 +53,22 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     const inbound = await admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'text', text: 'hello cluster' });
     assert.equal(inbound.status, 200);
     await eventually(async () => ((await admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).some((m) => m.messageId === inbound.body.messageId), 20_000, 'incoming');
+
+    // A sandbox file larger than a NATS message reaches the session through the media store.
+    const file = randomBytes(3 * 1024 * 1024);
+    const large = await admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'document', mediaBase64: file.toString('base64'), mimetype: 'application/octet-stream', fileName: 'large.bin' });
+    assert.equal(large.status, 200, JSON.stringify(large.body));
+    const record = await eventually(async () => ((await admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === large.body.messageId), 20_000, 'large incoming');
+    const download = await fetch(record.media.url);
+    assert.equal(download.status, 200);
+    assert.ok(Buffer.from(await download.arrayBuffer()).equals(file), 'the file as sent');
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const names = (await (await new Objm(nc).open(natsMediaBucketName(namespace))).list()).map((o) => o.name);
+      assert.deepEqual(names.filter((name) => name.startsWith('stg_')), [], 'the staged copy is gone');
+    } finally {
+      await nc.close();
+    }
 
     const delivered = await receiver.waitForRequests(1, 20_000, (r) => JSON.parse(r.rawBody.toString()).data?.messageId === text.body.id && JSON.parse(r.rawBody.toString()).type === 'message.sent');
     assert.equal(delivered[0].headers['x-service-signature'].startsWith('sha256='), true);

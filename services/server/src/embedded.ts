@@ -40,7 +40,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   if (!config.natsUrl) await requeueQueuedCommands(db, { replaceOutboxCommands: true });
   relay.start();
   const archive = mediaArchive({ db, store: media, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds });
-  const driverFactory = await driverFactoryFor(config, { db, log });
+  const driverFactory = await driverFactoryFor(config, { db, log, media });
   const runtime = new LocalSessionRuntime({ db, bus, relay, crypto, media: archive, driverFactory, log });
   const metrics = createMetrics({ db, bus }); // one registry for the whole process, served at /metrics
   // One process owns a PGlite data dir, so the leases a restart finds there are its predecessor's.

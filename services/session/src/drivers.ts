@@ -1,17 +1,19 @@
 // NETWORK_DRIVER → DriverFactory. The Baileys driver is loaded lazily so sandbox deployments and
 // tests never load the WhatsApp library.
-import type { Config, Db, DriverFactory, Logger } from '@switchboard/core';
+import type { Config, Db, DriverFactory, Logger, MediaStore } from '@switchboard/core';
 import { sandboxDriverFactory } from './sandbox/driver.ts';
 
 export interface DriverDeps {
   db: Db;
   /** The process's logger: the driver logs under it, at its level. */
   log: Logger;
+  /** The process's media store: the sandbox reads the inbound files the gateway staged there. */
+  media?: MediaStore;
 }
 
 /** Resolves the factory once at start, so a missing driver fails the process at start. */
 export async function driverFactoryFor(config: Pick<Config, 'networkDriver' | 'sandboxReceiptDelayMs'>, deps: DriverDeps): Promise<DriverFactory> {
-  if (config.networkDriver === 'sandbox') return sandboxDriverFactory({ db: deps.db, receiptDelayMs: config.sandboxReceiptDelayMs });
+  if (config.networkDriver === 'sandbox') return sandboxDriverFactory({ db: deps.db, receiptDelayMs: config.sandboxReceiptDelayMs, stagedMedia: deps.media });
   let baileys: typeof import('./drivers/baileys/index.ts');
   try {
     baileys = await import('./drivers/baileys/index.ts');

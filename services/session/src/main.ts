@@ -96,7 +96,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     crypto,
     log,
     media: mediaArchive({ db, store: mediaStore, crypto, publicBaseUrl: config.publicBaseUrl, linkTtlSeconds: config.mediaLinkTtlSeconds }),
-    driverFactory: await driverFactoryFor(config, { db, log }),
+    driverFactory: await driverFactoryFor(config, { db, log, media: mediaStore }),
     commandAckWaitMs: cfg.ackWaitMs,
     lockRetryMs: cfg.lockRetryMs,
   });

@@ -1,5 +1,7 @@
 // Sandbox network control (DESIGN §6): only when NETWORK_DRIVER=sandbox, admin key required.
 import { z } from 'zod';
+import { STAGED_MEDIA_FIELD, STAGE_MEDIA_ABOVE_CHARS, newId } from '@switchboard/core';
+import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import type { Route } from '../http/route.ts';
 import { callSession, loadInstance } from './common.ts';
@@ -42,8 +44,25 @@ export function sandboxRoutes(): Route[] {
       responses: { 200: z.record(z.string(), z.unknown()), 409: 'not possible in this state' },
       handler: async ({ deps, params, body }) => {
         await loadInstance(deps, params.id);
-        return { body: await callSession(deps, params.id, `sandbox.${op}`, body) };
+        const request = op === 'inbound' && deps.config.natsUrl ? await stageMedia(deps, body) : body;
+        return { body: await callSession(deps, params.id, `sandbox.${op}`, request) };
       },
     }),
   );
+}
+
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+const MAX_MEDIA_BYTES = 32 * 1024 * 1024;
+
+/** Over NATS, a large file goes to the session through the media store (core's staged-media.ts).
+ *  One the session would refuse (not base64, over 32 MiB) goes as it came, to be refused there. */
+async function stageMedia(deps: GatewayDeps, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const base64 = body.mediaBase64;
+  if (typeof base64 !== 'string' || base64.length <= STAGE_MEDIA_ABOVE_CHARS || body.mediaUnavailable === true || !BASE64.test(base64)) return body;
+  const bytes = Buffer.from(base64, 'base64');
+  if (bytes.length > MAX_MEDIA_BYTES) return body;
+  const stagedId = newId('stg');
+  await deps.media.put(stagedId, bytes);
+  const { mediaBase64: _, ...rest } = body;
+  return { ...rest, [STAGED_MEDIA_FIELD]: stagedId };
 }

@@ -1,7 +1,7 @@
 // Validation of the sandbox control bodies (DESIGN §6) and their translation into what a real
 // network would deliver. Bad input becomes a 400 Problem naming the field.
 import { randomBytes } from 'node:crypto';
-import { problems, type FieldProblem, type InboundMessage, type MessageType, type PresenceUpdate } from '@switchboard/core';
+import { STAGED_MEDIA_FIELD, problems, type FieldProblem, type InboundMessage, type MediaStore, type MessageType, type PresenceUpdate } from '@switchboard/core';
 
 const PHONE = /^\d{8,15}$/;
 const GROUP = /^\d+(-\d+)?@g\.us$/;
@@ -101,12 +101,14 @@ export function foreignMessageId(): string {
 
 export interface SandboxInbound {
   message: InboundMessage;
-  /** Decoded media bytes; undefined for text or when the download is meant to fail. */
-  mediaBytes?: Uint8Array;
+  /** The id of the file the gateway staged in the media store (core's staged-media.ts), to be
+   *  deleted once the message is recorded. */
+  stagedMediaId?: string;
 }
 
-/** `inbound` body → the normalised message the network would deliver. */
-export function readInbound(raw: unknown): SandboxInbound {
+/** `inbound` body → the normalised message the network would deliver. Its file comes inside the
+ *  body (`mediaBase64`) or, staged by the gateway, from `staged`. */
+export function readInbound(raw: unknown, staged?: MediaStore): SandboxInbound {
   const r = new BodyReader(body(raw));
   const from = r.string('from', { required: true, pattern: PHONE });
   const type = r.string('type', { required: true, oneOf: TYPES }) as MessageType | undefined;
@@ -123,9 +125,10 @@ export function readInbound(raw: unknown): SandboxInbound {
   const viewOnce = r.bool('viewOnce');
   const voiceNote = r.bool('voiceNote') || r.bool('ptt');
   const seconds = r.number('seconds');
+  const stagedMediaId = staged ? r.string(STAGED_MEDIA_FIELD, { max: 64 }) : undefined;
   if (type === 'text' && text === undefined) r.fail('text', 'is required for type text');
   let mediaBytes: Uint8Array | undefined;
-  if (type && type !== 'text' && !mediaUnavailable) {
+  if (type && type !== 'text' && !mediaUnavailable && stagedMediaId === undefined) {
     if (mediaBase64 === undefined) r.fail('mediaBase64', 'is required for media types (or set mediaUnavailable)');
     else if (!/^[A-Za-z0-9+/]*={0,2}$/.test(mediaBase64)) r.fail('mediaBase64', 'must be base64 without a data: prefix');
     else {
@@ -150,6 +153,7 @@ export function readInbound(raw: unknown): SandboxInbound {
   };
   if (type !== 'text') {
     const bytes = mediaBytes;
+    const stagedFile = stagedMediaId !== undefined && !mediaUnavailable ? stagedMediaId : undefined;
     message.media = {
       mimetype: mimetype ?? DEFAULT_MIMETYPES[type as Exclude<MessageType, 'text'>],
       fileName,
@@ -157,10 +161,11 @@ export function readInbound(raw: unknown): SandboxInbound {
       voiceNote: type === 'audio' && voiceNote,
       viewOnce,
       download: async () => {
+        if (stagedFile !== undefined) return staged!.get(stagedFile);
         if (!bytes) throw new Error('the network no longer has this media');
         return bytes;
       },
     };
   }
-  return { message, mediaBytes };
+  return { message, stagedMediaId };
 }

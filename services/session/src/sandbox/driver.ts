@@ -15,6 +15,7 @@ import {
   type DriverFactory,
   type InboundMedia,
   type InboundMessage,
+  type MediaStore,
   jsonObject,
   type NetworkDriver,
   type OutboundMessage,
@@ -34,6 +35,8 @@ export interface SandboxOptions {
   qrRefreshMs?: number;
   /** How long a pairing code works (default PAIRING_CODE_TTL_MS, as on WhatsApp). */
   pairingCodeTtlMs?: number;
+  /** The media store, where the gateway stages large inbound files (core's staged-media.ts). */
+  stagedMedia?: MediaStore;
 }
 
 const CREDS = { category: 'sandbox', key: 'creds' };
@@ -238,9 +241,11 @@ export class SandboxDriver implements NetworkDriver {
   // ---- messages ----
 
   private async inbound(body: Record<string, unknown>): Promise<Record<string, unknown>> {
-    const { message } = readInbound(body);
+    const { message, stagedMediaId } = readInbound(body, this.opts.stagedMedia);
     this.requireConnected();
     await this.arrive(() => this.ctx.listener.onMessage(message));
+    // Recorded, the file with it: the staged copy has served (a failure leaves it to retention).
+    if (stagedMediaId !== undefined) await this.opts.stagedMedia!.delete(stagedMediaId).catch(() => undefined);
     return { messageId: message.messageId };
   }
 

@@ -1,0 +1,10 @@
+// A sandbox inbound message's file, handed from the gateway to the session through the media
+// store rather than inside the request: a NATS request carries at most the server's
+// `max_payload` (1 MiB by default), a sandbox file up to 32 MiB. The gateway stores the decoded
+// bytes under a new id and sends that id in this field instead of `mediaBase64`; the session
+// reads them as the network's download and deletes them once the message is recorded (one left
+// behind by a failure goes with the store's retention).
+export const STAGED_MEDIA_FIELD = 'stagedMediaId';
+
+/** Files whose base64 is shorter than this travel inside the request, as before. */
+export const STAGE_MEDIA_ABOVE_CHARS = 256 * 1024;
