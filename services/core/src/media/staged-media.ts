@@ -4,7 +4,17 @@
 // bytes under a new id and sends that id in this field instead of `mediaBase64`; the session
 // reads them as the network's download and deletes them once the message is recorded (one left
 // behind by a failure goes with the store's retention).
+import { newId } from '../ids.ts';
+
 export const STAGED_MEDIA_FIELD = 'stagedMediaId';
 
 /** Files whose base64 is shorter than this travel inside the request, as before. */
 export const STAGE_MEDIA_ABOVE_CHARS = 256 * 1024;
+
+/** A staged file's id. The session deletes the file it names once read, so it takes only these
+ *  (never an archived medium's id). */
+export const STAGED_MEDIA_ID = /^stg_[0-9a-z]{21}$/;
+
+export function newStagedMediaId(): string {
+  return newId('stg');
+}

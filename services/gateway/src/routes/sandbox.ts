@@ -1,6 +1,6 @@
 // Sandbox network control (DESIGN §6): only when NETWORK_DRIVER=sandbox, admin key required.
 import { z } from 'zod';
-import { STAGED_MEDIA_FIELD, STAGE_MEDIA_ABOVE_CHARS, newId } from '@switchboard/core';
+import { STAGED_MEDIA_FIELD, STAGE_MEDIA_ABOVE_CHARS, newStagedMediaId } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import type { Route } from '../http/route.ts';
@@ -61,7 +61,7 @@ async function stageMedia(deps: GatewayDeps, body: Record<string, unknown>): Pro
   if (typeof base64 !== 'string' || base64.length <= STAGE_MEDIA_ABOVE_CHARS || body.mediaUnavailable === true || !BASE64.test(base64)) return body;
   const bytes = Buffer.from(base64, 'base64');
   if (bytes.length > MAX_MEDIA_BYTES) return body;
-  const stagedId = newId('stg');
+  const stagedId = newStagedMediaId();
   await deps.media.put(stagedId, bytes);
   const { mediaBase64: _, ...rest } = body;
   return { ...rest, [STAGED_MEDIA_FIELD]: stagedId };

@@ -1,7 +1,7 @@
 // Validation of the sandbox control bodies (DESIGN §6) and their translation into what a real
 // network would deliver. Bad input becomes a 400 Problem naming the field.
 import { randomBytes } from 'node:crypto';
-import { STAGED_MEDIA_FIELD, problems, type FieldProblem, type InboundMessage, type MediaStore, type MessageType, type PresenceUpdate } from '@switchboard/core';
+import { STAGED_MEDIA_FIELD, STAGED_MEDIA_ID, problems, type FieldProblem, type InboundMessage, type MediaStore, type MessageType, type PresenceUpdate } from '@switchboard/core';
 
 const PHONE = /^\d{8,15}$/;
 const GROUP = /^\d+(-\d+)?@g\.us$/;
@@ -125,7 +125,7 @@ export function readInbound(raw: unknown, staged?: MediaStore): SandboxInbound {
   const viewOnce = r.bool('viewOnce');
   const voiceNote = r.bool('voiceNote') || r.bool('ptt');
   const seconds = r.number('seconds');
-  const stagedMediaId = staged ? r.string(STAGED_MEDIA_FIELD, { max: 64 }) : undefined;
+  const stagedMediaId = staged ? r.string(STAGED_MEDIA_FIELD, { pattern: STAGED_MEDIA_ID }) : undefined;
   if (type === 'text' && text === undefined) r.fail('text', 'is required for type text');
   let mediaBytes: Uint8Array | undefined;
   if (type && type !== 'text' && !mediaUnavailable && stagedMediaId === undefined) {
