@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { STAGED_MEDIA_FIELD, STAGE_MEDIA_ABOVE_CHARS, newStagedMediaId } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
+import { MAX_MEDIA_BYTES } from '../media/outbound.ts';
 import type { Route } from '../http/route.ts';
 import { callSession, loadInstance } from './common.ts';
 
@@ -51,8 +52,8 @@ export function sandboxRoutes(): Route[] {
   );
 }
 
+/** The session's own test of a sandbox file (control-bodies.ts), laxer than a send's. */
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
-const MAX_MEDIA_BYTES = 32 * 1024 * 1024;
 
 /** Over NATS, a large file goes to the session through the media store (core's staged-media.ts).
  *  One the session would refuse (not base64, over 32 MiB) goes as it came, to be refused there. */
