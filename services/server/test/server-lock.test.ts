@@ -11,6 +11,7 @@ import { startEmbeddedServer, type EmbeddedServer } from '../src/embedded.ts';
 import { ANOTHER_SERVER, SERVER_LOCK_KEY, holdServerLock } from '../src/server-lock.ts';
 import { NATS_URL, openTestDatabase, testNamespace } from '../../../test/support/services.ts';
 import { freePort } from '../../../test/support/server.ts';
+import { eventually } from '../../../test/support/http.ts';
 
 describe('server lock: one server without NATS on a PostgreSQL database', function () {
   this.timeout(60_000);
@@ -69,7 +70,7 @@ describe('server lock: one server without NATS on a PostgreSQL database', functi
     try {
       const [holder] = await advisoryHolders();
       await database.db.raw('select pg_terminate_backend(?, 5000)', [holder.pid]);
-      await until(async () => (await advisoryHolders()).some((h) => h.pid !== holder.pid), 'the lock was not taken again');
+      await eventually(async () => (await advisoryHolders()).some((h) => h.pid !== holder.pid), 10_000, 'the lock taken again');
       await assert.rejects(holdServerLock(database.db, 'sole', { ...noTaker, waitMs: 0 }), { message: ANOTHER_SERVER });
     } finally {
       await held.release();
@@ -92,7 +93,7 @@ describe('server lock: one server without NATS on a PostgreSQL database', functi
         for (let i = 0; i < 500 && !took; i++) took = (await other.query('select pg_try_advisory_lock($1::bigint) as ok', [SERVER_LOCK_KEY])).rows[0].ok;
       }
       assert.ok(took, 'the other connection never got the lock');
-      await until(async () => taken.length > 0, 'the holder was not told');
+      await eventually(async () => taken.length > 0, 10_000, 'the holder told');
       assert.equal(taken[0].message, ANOTHER_SERVER);
     } finally {
       await other.end();
@@ -101,10 +102,3 @@ describe('server lock: one server without NATS on a PostgreSQL database', functi
   });
 });
 
-async function until(check: () => Promise<boolean>, failure: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!(await check())) {
-    assert.ok(Date.now() < deadline, failure);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}

@@ -4,7 +4,7 @@ export { MediaCipher, MEDIA_OVERHEAD_BYTES } from './encryption.ts';
 export { FileMediaStore } from './file-store.ts';
 export { NatsMediaStore, natsMediaBucketName, DEFAULT_MEDIA_TTL_MS, type NatsMediaStoreOptions } from './nats-store.ts';
 export { openMediaStore, type OpenMediaStoreOptions } from './open.ts';
-export { STAGED_MEDIA_FIELD, STAGED_MEDIA_ID, STAGE_MEDIA_ABOVE_CHARS, newStagedMediaId } from './staged-media.ts';
+export { SANDBOX_BASE64, STAGED_MEDIA_FIELD, STAGED_MEDIA_ID, STAGE_MEDIA_ABOVE_CHARS, newStagedMediaId } from './staged-media.ts';
 export {
   storeMedia,
   discardMedia,

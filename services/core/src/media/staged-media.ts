@@ -8,6 +8,9 @@ import { newId } from '../ids.ts';
 
 export const STAGED_MEDIA_FIELD = 'stagedMediaId';
 
+/** How the sandbox reads `mediaBase64`: standard base64, no `data:` prefix (laxer than a send's). */
+export const SANDBOX_BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
 /** Files whose base64 is shorter than this travel inside the request, as before. */
 export const STAGE_MEDIA_ABOVE_CHARS = 256 * 1024;
 

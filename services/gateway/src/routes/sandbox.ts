@@ -1,6 +1,6 @@
 // Sandbox network control (DESIGN §6): only when NETWORK_DRIVER=sandbox, admin key required.
 import { z } from 'zod';
-import { STAGED_MEDIA_FIELD, STAGE_MEDIA_ABOVE_CHARS, newStagedMediaId } from '@switchboard/core';
+import { SANDBOX_BASE64, STAGED_MEDIA_FIELD, STAGE_MEDIA_ABOVE_CHARS, newStagedMediaId } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { MAX_MEDIA_BYTES } from '../media/outbound.ts';
@@ -52,14 +52,11 @@ export function sandboxRoutes(): Route[] {
   );
 }
 
-/** The session's own test of a sandbox file (control-bodies.ts), laxer than a send's. */
-const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
-
 /** Over NATS, a large file goes to the session through the media store (core's staged-media.ts).
  *  One the session would refuse (not base64, over 32 MiB) goes as it came, to be refused there. */
 async function stageMedia(deps: GatewayDeps, body: Record<string, unknown>): Promise<Record<string, unknown>> {
   const base64 = body.mediaBase64;
-  if (typeof base64 !== 'string' || base64.length <= STAGE_MEDIA_ABOVE_CHARS || body.mediaUnavailable === true || !BASE64.test(base64)) return body;
+  if (typeof base64 !== 'string' || base64.length <= STAGE_MEDIA_ABOVE_CHARS || body.mediaUnavailable === true || !SANDBOX_BASE64.test(base64)) return body;
   const bytes = Buffer.from(base64, 'base64');
   if (bytes.length > MAX_MEDIA_BYTES) return body;
   const stagedId = newStagedMediaId();

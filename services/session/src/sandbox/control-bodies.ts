@@ -1,7 +1,7 @@
 // Validation of the sandbox control bodies (DESIGN §6) and their translation into what a real
 // network would deliver. Bad input becomes a 400 Problem naming the field.
 import { randomBytes } from 'node:crypto';
-import { STAGED_MEDIA_FIELD, STAGED_MEDIA_ID, problems, type FieldProblem, type InboundMessage, type MediaStore, type MessageType, type PresenceUpdate } from '@switchboard/core';
+import { SANDBOX_BASE64, STAGED_MEDIA_FIELD, STAGED_MEDIA_ID, problems, type FieldProblem, type InboundMessage, type MediaStore, type MessageType, type PresenceUpdate } from '@switchboard/core';
 
 const PHONE = /^\d{8,15}$/;
 const GROUP = /^\d+(-\d+)?@g\.us$/;
@@ -130,7 +130,7 @@ export function readInbound(raw: unknown, staged?: MediaStore): SandboxInbound {
   let mediaBytes: Uint8Array | undefined;
   if (type && type !== 'text' && !mediaUnavailable && stagedMediaId === undefined) {
     if (mediaBase64 === undefined) r.fail('mediaBase64', 'is required for media types (or set mediaUnavailable)');
-    else if (!/^[A-Za-z0-9+/]*={0,2}$/.test(mediaBase64)) r.fail('mediaBase64', 'must be base64 without a data: prefix');
+    else if (!SANDBOX_BASE64.test(mediaBase64)) r.fail('mediaBase64', 'must be base64 without a data: prefix');
     else {
       mediaBytes = Buffer.from(mediaBase64, 'base64');
       if (mediaBytes.length > MAX_MEDIA_BYTES) r.fail('mediaBase64', 'must be at most 32 MiB once decoded');
