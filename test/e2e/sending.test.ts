@@ -83,6 +83,14 @@ for (const mode of modes) {
       assert.equal((await echoOf(messengerIds.audio)).media.seconds, 1);
       assert.equal((await echoOf(messengerIds.video)).media.seconds, 1);
       assert.equal((await echoOf(messengerIds.image)).media.seconds, null);
+      // A sticker sent as PNG goes out as a 512×512 WebP (WhatsApp shows no other).
+      const fromPng = await send({ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.png.base64(), mimetype: 'image/png' });
+      assert.equal(fromPng.status, 202, JSON.stringify(fromPng.body));
+      await waitForSendStatus(t.admin, inst.id, fromPng.body.id, ['read']);
+      const sticker = (await echoOf(fromPng.body.messengerId)).media;
+      assert.equal(sticker.mimetype, 'image/webp');
+      const webp = Buffer.from(await (await fetch(sticker.url)).arrayBuffer());
+      assert.deepEqual([webp.toString('latin1', 0, 4), webp.toString('latin1', 8, 12)], ['RIFF', 'WEBP']);
       const voice = await send({ phone: '5511988887777', type: 'audio', base64: mediaFixtures.wav.base64(), mimetype: 'audio/wav', ptt: true });
       assert.equal(voice.status, 202);
       await waitForSendStatus(t.admin, inst.id, voice.body.id, ['played']);
@@ -186,7 +194,8 @@ for (const mode of modes) {
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64() }, 400],
         [{ phone: '5511988887777', type: 'image', base64: `data:image/png;base64,${mediaFixtures.png.base64()}`, mimetype: 'image/png' }, 400],
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'application/pdf' }, 400],
-        [{ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.png.base64(), mimetype: 'image/png' }, 400],
+        [{ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.png.base64(), mimetype: 'image/svg+xml' }, 400],
+        [{ phone: '5511988887777', type: 'sticker', base64: Buffer.from('definitely not an image').toString('base64'), mimetype: 'image/png' }, 422],
         [{ phone: '5511988887777', type: 'audio', base64: mediaFixtures.mp3.base64(), mimetype: 'audio/mpeg', caption: 'no' }, 400],
         [{ phone: '5511988887777', type: 'audio', base64: Buffer.from('definitely not audio').toString('base64'), mimetype: 'audio/mpeg', ptt: true }, 422],
         [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', ptt: true }, 422],

@@ -52,11 +52,11 @@ export const SendBody = z
     phone: z.string().regex(PHONE, 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
     type: z.enum(MESSAGE_TYPES),
     text: z.string().max(16000).optional().describe('The message of type text (required there). Media types take their words in caption; a non-empty text there is refused.'),
-    base64: z.string().optional(),
-    mimetype: z.string().max(255).optional(),
+    base64: z.string().optional().describe('The file of a media type, standard base64 without a data: prefix; at most 32 MiB decoded.'),
+    mimetype: z.string().max(255).optional().describe('The file\'s type, required for media types: image/*, video/*, audio/* for those types; any for a document; for a sticker image/webp, or image/png, image/jpeg, image/gif, image/bmp or image/tiff, which are converted to a 512×512 WebP (422 when the file cannot be decoded).'),
     caption: z.string().max(16000).optional().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on text; a sticker\'s is kept with the item but shown by no recipient.'),
     fileName: z.string().max(255).optional().describe('Shown by recipients of a document; an empty string is none.'),
-    ptt: z.boolean().optional(),
+    ptt: z.boolean().optional().describe('On audio: converted to an Ogg Opus voice note (422 when the audio cannot be decoded). Refused with 422 on other types.'),
   })
   .superRefine((b, ctx) => {
     // An empty string is no content: clients that send every field blank are not refused for it.

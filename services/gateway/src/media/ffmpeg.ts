@@ -6,6 +6,7 @@ import { constants } from 'node:fs';
 import { access, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
+import { Problem } from '@switchboard/core';
 
 /** The demuxers a client's file may be read with: audio and video containers that hold their
  *  media themselves. Playlists and scripts (HLS, concat, image sequences…) are refused, since
@@ -135,4 +136,12 @@ async function findFfmpeg(searchPath: string): Promise<string> {
   } catch {
     throw new Error('ffmpeg was not found on PATH and @ffmpeg-installer/ffmpeg has no binary for this platform');
   }
+}
+
+/** 422 `media_conversion_failed`: a client's file that ffmpeg could not convert. ffmpeg's own
+ *  words stay out of the response but are kept (as `cause`) for the server's logs. */
+export function conversionProblem(what: string, reason: string, ffmpegOutput?: string): Problem {
+  const problem = new Problem(422, 'media_conversion_failed', `${what}: ${reason}.`, [{ path: 'base64', message: reason }]);
+  if (ffmpegOutput) Object.assign(problem, { cause: ffmpegOutput.trim() });
+  return problem;
 }

@@ -1,6 +1,7 @@
 // Checks of outbound media done at acceptance, after the request schema passed: the mimetype
 // fits the message type, and the base64 content decodes strictly and fits the 32 MiB limit.
 import { Problem, problems } from '@switchboard/core';
+import { CONVERTIBLE_STICKER_MIMETYPES } from './sticker.ts';
 
 /** The spec's limit: 32 MiB after decoding; exactly 32 MiB is accepted. */
 export const MAX_MEDIA_BYTES = 32 * 1024 * 1024;
@@ -25,7 +26,9 @@ export function checkMimetype(type: string, mimetype: string): Problem | undefin
     case 'audio':
       return top === type ? undefined : mimetypeProblem(`must be of the form ${type}/* for type "${type}"`);
     case 'sticker':
-      return top === 'image' && sub === 'webp' ? undefined : mimetypeProblem('must be image/webp for type "sticker"');
+      return top === 'image' && (sub === 'webp' || CONVERTIBLE_STICKER_MIMETYPES.has(`image/${sub}`))
+        ? undefined
+        : mimetypeProblem('must be image/webp, or image/png, image/jpeg, image/gif, image/bmp or image/tiff (converted to WebP), for type "sticker"');
     default: // document (any valid type) and non-media types
       return undefined;
   }

@@ -2,8 +2,8 @@
 // 48 kHz, which is what the network plays as a voice note.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Problem } from '@switchboard/core';
-import { SELF_CONTAINED_INPUT, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
+import type { Problem } from '@switchboard/core';
+import { SELF_CONTAINED_INPUT, conversionProblem, resolveFfmpegPath, runFfmpeg, withInputFile, type FfmpegOptions } from './ffmpeg.ts';
 import { wholeSeconds } from './duration.ts';
 
 export type VoiceNoteOptions = FfmpegOptions;
@@ -70,10 +70,5 @@ export function oggOpusSeconds(ogg: Buffer): number | undefined {
 }
 
 function conversionFailed(reason: string, ffmpegOutput?: string): Problem {
-  const problem = new Problem(422, 'media_conversion_failed', `The audio could not be converted to a voice note: ${reason}.`, [
-    { path: 'base64', message: reason },
-  ]);
-  // ffmpeg's own words stay out of the response but are kept for the server's logs.
-  if (ffmpegOutput) Object.assign(problem, { cause: ffmpegOutput.trim() });
-  return problem;
+  return conversionProblem('The audio could not be converted to a voice note', reason, ffmpegOutput);
 }

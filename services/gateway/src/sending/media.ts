@@ -1,13 +1,14 @@
 // Media of a send: decoded once and checked (checkMedia, before the instance's state is, so a
-// request that can never succeed is told so rather than asked to retry), then converted to a voice
-// note when asked and stored encrypted before the queue item exists (storeSendMedia). A file no
-// item came to refer to is removed by acceptSend (a refusal, a reused operation), or by retention
+// request that can never succeed is told so rather than asked to retry), then converted (a voice
+// note when asked; a sticker that is not WebP) and stored encrypted before the queue item exists
+// (storeSendMedia). A file no item came to refer to is removed by acceptSend (a refusal, a reused operation), or by retention
 // when a process died in between.
 import { isForeignKeyViolation, Problem, problems, storeMedia } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
 import { convertToVoiceNote } from '../media/voice-note.ts';
+import { CONVERTIBLE_STICKER_MIMETYPES, convertToSticker } from '../media/sticker.ts';
 import { mediaSeconds } from '../media/duration.ts';
 
 export interface DecodedMedia {
@@ -23,7 +24,7 @@ export function checkMedia(req: SendRequest): DecodedMedia | undefined {
   return { mimetype: assertMimetype(req.type, req.mimetype!), bytes: decodeBase64Strict(req.base64!) };
 }
 
-/** Converts a voice note (422 when its audio cannot be decoded) and stores the file. */
+/** Converts a voice note or a sticker (422 when the file cannot be decoded) and stores the file. */
 export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req: SendRequest, decoded: DecodedMedia): Promise<{ id: string; mimetype: string; seconds?: number }> {
   let { mimetype, bytes } = decoded;
   let seconds: number | undefined;
@@ -32,6 +33,9 @@ export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req:
     bytes = note.bytes;
     seconds = note.seconds;
     mimetype = 'audio/ogg; codecs=opus';
+  } else if (req.type === 'sticker' && CONVERTIBLE_STICKER_MIMETYPES.has(essence(mimetype))) {
+    bytes = await convertToSticker(bytes);
+    mimetype = 'image/webp';
   } else if (req.type === 'audio' || req.type === 'video') {
     seconds = await mediaSeconds(bytes);
   }
@@ -52,4 +56,9 @@ export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req:
 
 function unsupported(detail: string): Problem {
   return new Problem(422, 'unsupported_option', detail, [{ path: 'ptt', message: detail }]);
+}
+
+/** The mimetype without its parameters (it is stored with type/subtype lowercased). */
+function essence(mimetype: string): string {
+  return mimetype.split(';', 1)[0];
 }

@@ -1,0 +1,79 @@
+// convertToSticker against real ffmpeg, checked with ffprobe (Debian's ffmpeg package).
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Problem } from '@switchboard/core';
+import { mediaFixtures } from '../../../test/fixtures/media/index.ts';
+import { convertToSticker } from '../src/media/sticker.ts';
+import { resolveFfmpegPath } from '../src/media/ffmpeg.ts';
+
+const run = promisify(execFile);
+
+interface Probe {
+  streams: { codec_name: string; width: number; height: number; nb_read_frames?: string }[];
+}
+
+describe('stickers (convertToSticker)', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let ffmpeg: string;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sb-sticker-test-'));
+    ffmpeg = await resolveFfmpegPath();
+    await run('ffprobe', ['-version']).catch(() => {
+      throw new Error('ffprobe is needed by this test: apt-get install -y ffmpeg (make system-deps)');
+    });
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function probe(bytes: Buffer): Promise<Probe['streams'][0]> {
+    const file = join(dir, `probe-${Math.random().toString(36).slice(2)}.webp`);
+    await writeFile(file, bytes);
+    const { stdout } = await run('ffprobe', ['-v', 'error', '-count_frames', '-show_entries', 'stream=codec_name,width,height,nb_read_frames', '-of', 'json', file]);
+    return (JSON.parse(stdout) as Probe).streams[0];
+  }
+
+  function assertWebp(bytes: Buffer): void {
+    assert.deepEqual([bytes.toString('latin1', 0, 4), bytes.toString('latin1', 8, 12)], ['RIFF', 'WEBP']);
+  }
+
+  for (const f of [mediaFixtures.png, mediaFixtures.jpg]) {
+    it(`fits a ${f.mimetype} into a 512×512 WebP`, async () => {
+      const sticker = await convertToSticker(f.bytes());
+      assertWebp(sticker);
+      const p = await probe(sticker);
+      assert.deepEqual([p.codec_name, p.width, p.height], ['webp', 512, 512]);
+    });
+  }
+
+  it('keeps a GIF animated, at most 10 s of it', async () => {
+    const gif = join(dir, 'moving.gif');
+    await run(ffmpeg, ['-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'testsrc=size=120x80:rate=5', '-t', '12', gif]);
+    const sticker = await convertToSticker(await readFile(gif));
+    assertWebp(sticker);
+    // An animated WebP carries an ANIM chunk and one ANMF chunk per frame.
+    const frames = sticker.toString('latin1').split('ANMF').length - 1;
+    assert.ok(sticker.includes('ANIM'), 'animated');
+    assert.ok(frames > 1 && frames <= 50, `frames: ${frames} (5 a second for 10 s at most)`);
+  });
+
+  it('refuses what is no image with 422 media_conversion_failed, keeping ffmpeg\'s words out of the answer', async () => {
+    const svg = Buffer.from('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><image href="file:///etc/passwd"/></svg>');
+    for (const bytes of [Buffer.from('definitely not an image'), svg, mediaFixtures.mp3.bytes()]) {
+      await assert.rejects(convertToSticker(bytes), (err: unknown) => {
+        assert.ok(err instanceof Problem);
+        assert.equal(err.status, 422);
+        assert.equal(err.code, 'media_conversion_failed');
+        assert.match(err.message, /^The image could not be converted to a sticker: /);
+        assert.doesNotMatch(err.message, /ffmpeg|Invalid data|\/tmp/);
+        return true;
+      });
+    }
+  });
+});
