@@ -144,11 +144,11 @@ for (const mode of modes) {
       await waitForSendStatus(t.admin, inst.id, first.body.id, ['read']);
       const later = await send({ phone: '5511988887777', type: 'text', text: 'Once' }, { 'Idempotency-Key': key });
       assert.deepEqual([later.status, later.body], [202, { ...first.body, reused: true }]);
-      // The same content, said differently: an empty field is no field, blanks around the mimetype are not kept.
+      // The same content, said differently: an empty or null field is no field, blanks around the mimetype are not kept.
       const imageKey = `image-${Date.now()}`;
       const image = { phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png' };
       const firstImage = await send(image, { 'Idempotency-Key': imageKey });
-      for (const same of [{ caption: '' }, { text: '' }, { fileName: '' }, { mimetype: ' IMAGE/png ' }, { ptt: false }]) {
+      for (const same of [{ caption: '' }, { text: '' }, { fileName: '' }, { mimetype: ' IMAGE/png ' }, { ptt: false }, { caption: null, text: null, fileName: null, ptt: null }]) {
         const res = await send({ ...image, ...same }, { 'Idempotency-Key': imageKey });
         assert.deepEqual([res.status, res.body.id], [202, firstImage.body.id], JSON.stringify(same));
       }
@@ -183,6 +183,9 @@ for (const mode of modes) {
         [{ phone: `${'1'.repeat(80)}-group`, type: 'text', text: 'x' }, 400],
         [{ phone: `${'1'.repeat(40)}-${'2'.repeat(40)}@g.us`, type: 'text', text: 'x' }, 400],
         [{ phone: '5511988887777', type: 'poll', text: 'x' }, 400],
+        [{ phone: '5511988887777', type: 'text', text: null }, 400],
+        [{ phone: '5511988887777', type: 'image', base64: null, mimetype: 'image/png' }, 400],
+        [{ phone: '5511988887777', type: 'image', base64: mediaFixtures.png.base64(), mimetype: 'image/png', caption: 7 }, 400],
         [{ phone: '5511988887777', type: 'text' }, 400],
         [{ phone: '5511988887777', type: 'text', text: 'x'.repeat(16001) }, 400],
         [{ phone: '5511988887777', type: 'text', text: 'x', base64: mediaFixtures.png.base64() }, 400],

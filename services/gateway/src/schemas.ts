@@ -51,17 +51,18 @@ export const SendBody = z
   .object({
     phone: z.string().regex(PHONE, 'must be phone digits with country code (8-15 digits), <digits>-group, <digits>@g.us or <digits>@lid'),
     type: z.enum(MESSAGE_TYPES),
-    text: z.string().max(16000).optional().describe('The message of type text (required there). Media types take their words in caption; a non-empty text there is refused.'),
-    base64: z.string().optional().describe('The file of a media type, standard base64 without a data: prefix; at most 32 MiB decoded.'),
-    mimetype: z.string().max(255).optional().describe('The file\'s type, required for media types: image/*, video/*, audio/* for those types; any for a document; for a sticker image/webp, or image/png, image/jpeg, image/gif, image/bmp or image/tiff, which are converted to a 512×512 WebP (422 when the file cannot be decoded).'),
-    caption: z.string().max(16000).optional().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on text; a sticker\'s is kept with the item but shown by no recipient.'),
-    fileName: z.string().max(255).optional().describe('Shown by recipients of a document; an empty string is none.'),
-    ptt: z.boolean().optional().describe('On audio: converted to an Ogg Opus voice note (422 when the audio cannot be decoded). Refused with 422 on other types.'),
+    text: z.string().max(16000).nullish().describe('The message of type text (required there). Media types take their words in caption; a non-empty text there is refused.'),
+    base64: z.string().nullish().describe('The file of a media type, standard base64 without a data: prefix; at most 32 MiB decoded.'),
+    mimetype: z.string().max(255).nullish().describe('The file\'s type, required for media types: image/*, video/*, audio/* for those types; any for a document; for a sticker image/webp, or image/png, image/jpeg, image/gif, image/bmp or image/tiff, which are converted to a 512×512 WebP (422 when the file cannot be decoded).'),
+    caption: z.string().max(16000).nullish().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on text; a sticker\'s is kept with the item but shown by no recipient.'),
+    fileName: z.string().max(255).nullish().describe('Shown by recipients of a document; an empty string is none.'),
+    ptt: z.boolean().nullish().describe('On audio: converted to an Ogg Opus voice note (422 when the audio cannot be decoded). Refused with 422 on other types.'),
   })
   .superRefine((b, ctx) => {
-    // An empty string is no content: clients that send every field blank are not refused for it.
+    // An empty string or null is no content: clients that send every field blank, or every unset
+    // field as null (as many JSON serialisers do), are not refused for it.
     if (b.type === 'text') {
-      if (b.text === undefined || b.text.length === 0) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
+      if (!b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: 'required for type text' });
       // A file or a caption on a text send would be dropped unsent: the client meant a media type.
       for (const field of ['base64', 'mimetype'] as const) {
         if (b[field]) ctx.addIssue({ code: 'custom', path: [field], message: 'not allowed for type text (a file is sent with a media type)' });
@@ -69,14 +70,20 @@ export const SendBody = z
       if (b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for type text (a caption goes with a media type)' });
       return;
     }
-    if (b.base64 === undefined || b.base64.length === 0) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });
-    if (b.mimetype === undefined || b.mimetype.length === 0) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
+    if (!b.base64) ctx.addIssue({ code: 'custom', path: ['base64'], message: `required for type ${b.type}` });
+    if (!b.mimetype) ctx.addIssue({ code: 'custom', path: ['mimetype'], message: `required for type ${b.type}` });
     // Likewise dropped: `text` of a media message (its words go in caption). A caption is optional
     // on every media type but audio (the specification's one exception), though a sticker shows none.
     if (b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
-    if (b.type === 'audio' && b.caption !== undefined) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
-  });
-export type SendRequest = z.infer<typeof SendBody>;
+    if (b.type === 'audio' && typeof b.caption === 'string') ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
+  })
+  .transform(withoutNulls);
+export type SendRequest = z.output<typeof SendBody>;
+
+/** The send with its null fields left out: from here on a field is a value or absent. */
+function withoutNulls<T extends object>(body: T): { [K in keyof T]: Exclude<T[K], null> } {
+  return Object.fromEntries(Object.entries(body).filter(([, value]) => value !== null)) as { [K in keyof T]: Exclude<T[K], null> };
+}
 
 export const StatsQuery = z.object({
   from: DAY.optional(),
