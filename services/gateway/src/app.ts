@@ -46,6 +46,7 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     if (repeated) throw problems.badRequest('duplicate_header', `Send one ${repeated} header, not several.`);
     await next();
   });
+  app.use(routeHeaders(routes));
   app.use(metricsEndpoint(metrics));
   // Around the rate limiter (see origin.ts): CORS headers before it, so an allowed page can read a
   // 429; the origin's verdict after it, so a refused or preflight request is counted too.
@@ -64,7 +65,6 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
 
 async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> {
   const params = (ctx as any).params as Record<string, string>;
-  if (r.headers) ctx.set(r.headers);
   let principal: Principal | undefined;
   if (checkedBeforeHandler(r.auth)) {
     principal = await resolvePrincipal(deps, bearerToken(ctx));
@@ -91,6 +91,25 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   for (const [k, v] of Object.entries(result.headers ?? {})) ctx.set(k, v);
   ctx.status = result.status ?? 200;
   if (result.body !== undefined) ctx.body = result.body;
+}
+
+/** Sets each route's own `headers` on every answer to its path, whatever the method, before
+ *  anything can refuse the request: a rate limit, a foreign origin or a wrong method too. A
+ *  router used only to match paths, so the app's router still sees only its own matches. */
+function routeHeaders(routes: Route[]): Koa.Middleware {
+  const paths = new Router();
+  const headersByPath = new Map<string, Record<string, string>>();
+  for (const r of routes) {
+    if (!r.headers) continue;
+    paths[r.method](koaPath(r.path), () => undefined);
+    headersByPath.set(koaPath(r.path), r.headers);
+  }
+  return async (ctx, next) => {
+    if (headersByPath.size > 0) {
+      for (const layer of paths.match(ctx.path, ctx.method).path) ctx.set(headersByPath.get(layer.path as string) ?? {});
+    }
+    await next();
+  };
 }
 
 export function koaPath(openApiPath: string): string {

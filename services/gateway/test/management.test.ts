@@ -106,6 +106,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
     it('unknown routes and methods answer with problem documents', async () => {
       assertProblem(await t.admin.get('/api/nope'), 404, 'not_found');
       assertProblem(await t.admin.request('PATCH', '/api/stats'), 405);
+      const wrongMethod = await t.admin.get('/api/instances/any/pairing-code');
+      assertProblem(wrongMethod, 405, 'method_not_allowed');
+      assert.equal(wrongMethod.headers.get('cache-control'), 'no-store', 'every answer to the pairing-code path');
       // A method no route has is the client's fault too (the router's bare 501 before).
       const propfind = await t.admin.request('PROPFIND', '/api/projects');
       assertProblem(propfind, 405, 'method_not_allowed');
@@ -632,6 +635,11 @@ describe('rate limit, origin and proxy handling', function () {
     assertProblem(limited, 429, 'rate_limited');
     assert.ok(Number(limited.headers.get('retry-after')) >= 1);
     assert.ok(Number(limited.headers.get('ratelimit-reset')) >= 1);
+    // Every answer to the pairing-code path is not to be stored (spec), a refusal by the limiter too.
+    const pairing = await t.admin.post('/api/instances/no-such-instance/pairing-code', { phone: '5511900000001' });
+    assertProblem(pairing, 429, 'rate_limited');
+    assert.equal(pairing.headers.get('cache-control'), 'no-store');
+    assert.equal(limited.headers.get('cache-control'), null, 'other routes answer as before');
     // The router serves the probes in any case and with a trailing slash; so does the exemption.
     for (const probe of ['/health', '/health/', '/HEALTH', '/Ready', '/metrics', '/METRICS/']) assert.equal((await t.client().get(probe)).status, 200, probe);
     // X-Forwarded-For is ignored without TRUST_PROXY: still the same client.

@@ -40,7 +40,8 @@ export interface Route<B = any, Q = any> {
   tag: string;
   body?: z.ZodType<B>;
   query?: z.ZodType<Q>;
-  /** Headers of every answer of the route, refusals by authentication or validation included. */
+  /** Headers of every answer to the route's path, refusals included (by the rate limit, the
+   *  origin, a wrong method, authentication or validation). */
   headers?: Record<string, string>;
   /** Largest accepted request body in bytes (default 1 MiB). */
   bodyLimit?: number;
