@@ -6,8 +6,6 @@ import { CONVERTIBLE_STICKER_MIMETYPES } from './sticker.ts';
 /** The spec's limit: 32 MiB after decoding; exactly 32 MiB is accepted. */
 export const MAX_MEDIA_BYTES = 32 * 1024 * 1024;
 
-export type MediaMessageType = 'image' | 'video' | 'audio' | 'document' | 'sticker';
-
 // RFC 6838 type/subtype names, optionally followed by parameters (e.g. "audio/ogg; codecs=opus").
 const TOKEN = "[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}";
 const MIME = new RegExp(`^(${TOKEN})/(${TOKEN})(\\s*;\\s*[A-Za-z0-9!#$&^_.+-]+=("[ !#-\\[\\]-~]*"|[A-Za-z0-9!#$&^_.+-]+))*$`);
