@@ -85,7 +85,9 @@ export function newResourceId(prefix: 'inst' | 'proj'): string {
 
 export const RESOURCE_ID = /^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/;
 
-/** A network message id in WhatsApp's own shape (3EB0 + upper-case hex), reserved before sending. */
+/** A network message id in the shape WhatsApp Web's own have (3EB0 + 18 upper-case hex digits,
+ *  as Baileys makes them), reserved before sending. Recipients' apps tell the sending client by
+ *  the id's shape; another length would mark our messages as from an unknown client. */
 export function newMessengerId(): string {
-  return `3EB0${randomHex(10).toUpperCase()}`;
+  return `3EB0${randomHex(9).toUpperCase()}`;
 }

@@ -23,10 +23,10 @@ describe('ids', () => {
     for (let i = 1; i < ids.length; i++) assert.ok(ids[i - 1] < ids[i], `${ids[i - 1]} before ${ids[i]}`);
   });
 
-  it('newResourceId is a Kubernetes name; newMessengerId is 3EB0 + 20 upper-case hex digits', () => {
+  it('newResourceId is a Kubernetes name; newMessengerId is 3EB0 + 18 upper-case hex digits, the shape of WhatsApp Web ids', () => {
     for (let i = 0; i < 1000; i++) {
       assert.match(newResourceId('inst'), RESOURCE_ID);
-      assert.match(newMessengerId(), /^3EB0[0-9A-F]{20}$/);
+      assert.match(newMessengerId(), /^3EB0[0-9A-F]{18}$/);
     }
   });
 

@@ -162,7 +162,7 @@ function text(messengerId: string, to: OutboundMessage['to'], body = 'hello'): O
 }
 
 function mid(): string {
-  return `3EB0${randomBytes(10).toString('hex').toUpperCase()}`;
+  return `3EB0${randomBytes(9).toString('hex').toUpperCase()}`;
 }
 
 async function rejectsWith(p: Promise<unknown>, code: string, definite: boolean): Promise<void> {
@@ -671,6 +671,10 @@ describe('baileys driver: receipts', () => {
     const r = await connectedRig();
     const id = mid();
     const key = { remoteJid: '120363025246125486@g.us', fromMe: true, id };
+    // Our phone got its copy: Baileys turns that "sender" receipt into a readTimestamp of our own
+    // user (messages-recv.js handleReceipt), by phone number or LID. Not a read.
+    r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: `${MY_PHONE}@s.whatsapp.net`, readTimestamp: 1_700_000_000 } }]);
+    r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: `${MY_LID}@lid`, readTimestamp: 1_700_000_000 } }]);
     r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '5511911111111@s.whatsapp.net', receiptTimestamp: 1_700_000_001 } }]);
     r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '123456789012345@lid', receiptTimestamp: 1_700_000_002 } }]);
     r.sock().emit('message-receipt.update', [{ key, receipt: { userJid: '5511911111111@s.whatsapp.net', readTimestamp: 1_700_000_003 } }]);
@@ -749,6 +753,14 @@ describe('baileys driver: receiving', () => {
     assert.deepEqual([api?.fromMe, api?.fromApi], [true, true]);
     const inGroup = await deliver(r, received({ chat: '120363025246125486@g.us', fromMe: true, message: { conversation: 'me in a group' } }));
     assert.equal(inGroup?.phone, MY_PHONE);
+    // Typed on our phone in a LID chat: Baileys may give our own number as the chat's alternative
+    // address (the sender's side of the stanza comes first). The chat's phone is then unknown.
+    const lidChat = await deliver(r, received({ chat: '111122223333444@lid', chatAlt: `${MY_PHONE}@s.whatsapp.net`, fromMe: true, message: { conversation: 'to a LID chat' } }));
+    assert.deepEqual([lidChat?.phone, lidChat?.chatLid], [null, '111122223333444@lid']);
+    const pnChat = await deliver(r, received({ chat, chatAlt: `${MY_LID}@lid`, fromMe: true, message: { conversation: 'to a PN chat' } }));
+    assert.deepEqual([pnChat?.phone, pnChat?.chatLid], ['5511977776666', null]);
+    const theirs = await deliver(r, received({ chat: '111122223333444@lid', chatAlt: '5511977776666@s.whatsapp.net', fromMe: true, message: { conversation: 'alt is theirs' } }));
+    assert.equal(theirs?.phone, '5511977776666');
   });
 
   it('ignores history, reactions and stubs; records what arrived while offline (append), held until login like Baileys', async () => {

@@ -125,9 +125,9 @@ export function driverContract(name: string, makeHarness: () => Promise<DriverHa
 
     it('sends a text and reports receipts for its id, in order', async () => {
       await connected();
-      await driver.send({ messengerId: '3EB0AAAABBBBCCCCDDDD0001', to: { kind: 'phone', phone: harness.okDestination }, type: 'text', text: 'hello' });
+      await driver.send({ messengerId: '3EB0AAAABBBBCCCCDD0001', to: { kind: 'phone', phone: harness.okDestination }, type: 'text', text: 'hello' });
       await until(() => listener.receipts.some((r) => r.status === 'read'), 'read receipt');
-      const statuses = listener.receipts.filter((r) => r.messengerId === '3EB0AAAABBBBCCCCDDDD0001').map((r) => r.status);
+      const statuses = listener.receipts.filter((r) => r.messengerId === '3EB0AAAABBBBCCCCDD0001').map((r) => r.status);
       assert.deepEqual(statuses.filter((s) => s !== 'sent'), ['delivered', 'read']);
     });
 

@@ -358,7 +358,7 @@ export class BaileysDriver implements NetworkDriver {
     on('connection.update', (update) => this.onConnectionUpdate(sock, update));
     onReceived('messages.upsert', (upsert) => this.onUpsert(sock, upsert));
     onReceived('messages.update', (updates) => this.onReceipts(receiptsFromUpdates(updates)));
-    onReceived('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates)));
+    onReceived('message-receipt.update', (updates) => this.onReceipts(receiptsFromUserReceipts(updates, ownJids(sock, this.creds))));
     on('presence.update', (update) => this.onPresence(update));
     on('call', (calls) => this.onCalls(sock, calls));
     // Members changed: the next send reads them again (relayMessage encrypts for those it is
@@ -588,7 +588,7 @@ export class BaileysDriver implements NetworkDriver {
     if (to.kind === 'phone') return this.phoneOnNetwork(sock, to.phone, jid);
     if (to.kind === 'group') {
       const meta = await this.groupForSend(sock, jid);
-      if (this.ctx.settings().protectAnnouncementGroups) assertMayPostTo(sock, meta);
+      if (this.ctx.settings().protectAnnouncementGroups) assertMayPostTo(meta, ownJids(sock, this.creds));
     }
     return jid;
   }
@@ -657,10 +657,16 @@ export class BaileysDriver implements NetworkDriver {
   }
 }
 
-function assertMayPostTo(sock: BaileysSocket, meta: GroupMetadata): void {
+/** Our own user's JIDs (phone number and LID), normalised. The credentials come first: Baileys
+ *  writes the LID into them when the server names it, while `sock.user` may be a copy taken before. */
+function ownJids(sock: BaileysSocket, creds: AuthenticationCreds | null): Set<string> {
+  const jids = [creds?.me?.id, creds?.me?.lid, sock.user?.id, sock.user?.lid].map(normalised);
+  return new Set(jids.filter((jid): jid is string => jid !== null));
+}
+
+function assertMayPostTo(meta: GroupMetadata, me: Set<string>): void {
   if (!meta.announce) return;
-  const me = new Set([normalised(sock.user?.id), normalised(sock.user?.lid)].filter(Boolean));
-  const self = meta.participants.find((p) => [p.id, p.lid, p.phoneNumber].some((j) => j && me.has(normalised(j))));
+  const self = meta.participants.find((p) => [p.id, p.lid, p.phoneNumber].some((j) => j && me.has(normalised(j) ?? '')));
   if (!self?.admin) throw new SendError('announcement_group', 'only admins can send to this announcement group', true);
 }
 

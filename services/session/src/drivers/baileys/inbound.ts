@@ -4,7 +4,7 @@
 // from whichever side is a phone-number JID, and stays null when only a LID is known.
 import { proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { InboundMedia, InboundMessage, MessageType } from '@switchboard/core';
-import { isGroupJid, lidSide, normalised, pnSide } from './jids.ts';
+import { isGroupJid, lidSide, normalised, phoneOf, pnSide } from './jids.ts';
 
 export interface Unwrapped {
   content: proto.IMessage | undefined;
@@ -63,6 +63,12 @@ export interface NormaliseDeps {
   download(message: WAMessage): Promise<Uint8Array>;
 }
 
+function isOwnJid(jid: string | null | undefined, me: { phone: string | null; lid: string | null }): boolean {
+  if (!jid) return false;
+  const phone = phoneOf(jid);
+  return (phone !== null && phone === me.phone) || (me.lid !== null && normalised(jid) === me.lid);
+}
+
 /** Normalises one message; null when it is not something we relay (no content, stub, status…). */
 export async function normaliseMessage(msg: WAMessage, deps: NormaliseDeps): Promise<InboundMessage | null> {
   const key = msg.key;
@@ -73,8 +79,11 @@ export async function normaliseMessage(msg: WAMessage, deps: NormaliseDeps): Pro
 
   const fromMe = !!key.fromMe;
   const isGroup = isGroupJid(key.remoteJid);
-  const address = isGroup ? addressOfGroupSender(msg) : { phone: pnSide(key.remoteJid, key.remoteJidAlt), lid: lidSide(key.remoteJid, key.remoteJidAlt) };
   const me = deps.me();
+  // Baileys takes a private chat's alternative address from the sender's side of the stanza
+  // first, which for a message sent from our own phone may be our own number: not the chat's.
+  const chatAlt = fromMe && isOwnJid(key.remoteJidAlt, me) ? undefined : key.remoteJidAlt;
+  const address = isGroup ? addressOfGroupSender(msg) : { phone: pnSide(key.remoteJid, chatAlt), lid: lidSide(key.remoteJid, chatAlt) };
   const phone = address.phone ?? (isGroup && fromMe ? me.phone : null);
 
   const out: InboundMessage = {

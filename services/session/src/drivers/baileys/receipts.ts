@@ -3,6 +3,7 @@
 // mapped to our statuses. A status only moves forward.
 import { proto, type MessageUserReceiptUpdate, type WAMessageUpdate } from '@whiskeysockets/baileys';
 import type { DeliveryStatus, Receipt } from '@switchboard/core';
+import { normalised } from './jids.ts';
 
 const Status = proto.WebMessageInfo.Status;
 
@@ -32,11 +33,17 @@ export function receiptsFromUpdates(updates: WAMessageUpdate[]): Receipt[] {
   return out;
 }
 
-/** Receipts of our messages from group participants: played > read > delivered. */
-export function receiptsFromUserReceipts(updates: MessageUserReceiptUpdate[]): Receipt[] {
+/**
+ * Receipts of our messages from group participants: played > read > delivered. Receipts of our
+ * own devices are left out: Baileys reports our phone's "sender" receipt (it got its copy) in a
+ * group as a `readTimestamp` of our own user, which would read as the message being read.
+ * `me`: our own user's JIDs (phone number and LID), normalised.
+ */
+export function receiptsFromUserReceipts(updates: MessageUserReceiptUpdate[], me: ReadonlySet<string>): Receipt[] {
   const out: Receipt[] = [];
   for (const { key, receipt } of updates) {
     if (!key.fromMe || !key.id) continue;
+    if (me.has(normalised(receipt.userJid) ?? '')) continue;
     const status: DeliveryStatus | null = receipt.playedTimestamp
       ? 'played'
       : receipt.readTimestamp

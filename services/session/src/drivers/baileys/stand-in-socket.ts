@@ -12,6 +12,7 @@ import {
   DisconnectReason,
   isJidGroup,
   jidEncode,
+  jidNormalizedUser,
   makeEventBuffer,
   type BaileysEventMap,
   type GroupMetadata,
@@ -227,13 +228,27 @@ export class StandInSocket implements BaileysSocket {
     return opts.messageId ?? '';
   }
 
-  /** Server ack, then delivery and read receipts, as `messages.update` like Baileys emits them. */
+  /**
+   * The receipts of a sent message as Baileys emits them: our phone's "sender" receipt (it got its
+   * copy), then a recipient's delivery and read receipts. In a private chat they are
+   * `messages.update` statuses; in a group, `message-receipt.update` per participant, where
+   * Baileys reports the sender receipt, a read and a played alike as a `readTimestamp`.
+   */
   private acknowledge(jid: string, id: string): void {
     const delay = this.network.opts.receiptDelayMs ?? 5;
-    const statuses = [proto.WebMessageInfo.Status.SERVER_ACK, proto.WebMessageInfo.Status.DELIVERY_ACK, proto.WebMessageInfo.Status.READ];
-    statuses.forEach((status, i) =>
+    const key = { remoteJid: jid, fromMe: true, id };
+    const { SERVER_ACK, DELIVERY_ACK, READ } = proto.WebMessageInfo.Status;
+    const member = '5511955554444@s.whatsapp.net';
+    const emits: (() => void)[] = isJidGroup(jid)
+      ? [
+          () => this.ev.emit('message-receipt.update', [{ key, receipt: { userJid: jidNormalizedUser(this.user?.id), readTimestamp: unixNow() } }]),
+          () => this.ev.emit('message-receipt.update', [{ key, receipt: { userJid: member, receiptTimestamp: unixNow() } }]),
+          () => this.ev.emit('message-receipt.update', [{ key, receipt: { userJid: member, readTimestamp: unixNow() } }]),
+        ]
+      : [SERVER_ACK, DELIVERY_ACK, READ].map((status) => () => this.ev.emit('messages.update', [{ key, update: { status } }]));
+    emits.forEach((emit, i) =>
       setTimeout(() => {
-        if (!this.closed) this.ev.emit('messages.update', [{ key: { remoteJid: jid, fromMe: true, id }, update: { status } }]);
+        if (!this.closed) emit();
       }, delay * (i + 1)),
     );
   }
@@ -284,4 +299,8 @@ export class StandInSocket implements BaileysSocket {
   private assertOpen(): void {
     if (this.closed) throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
   }
+}
+
+function unixNow(): number {
+  return Math.floor(Date.now() / 1000);
 }
