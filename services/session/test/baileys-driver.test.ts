@@ -15,6 +15,7 @@ import {
   proto,
   type GroupMetadata,
   type WAMessage,
+  type WAVersion,
 } from '@whiskeysockets/baileys';
 import {
   createLogger,
@@ -37,6 +38,7 @@ import { driverFactoryFor } from '../src/drivers.ts';
 import { isWhatsAppMediaUrl } from '../src/drivers/baileys/media-download.ts';
 import { backoffDelay, closeAction } from '../src/drivers/baileys/close-policy.ts';
 import { StandInNetwork, type StandInSocket } from '../src/drivers/baileys/stand-in-socket.ts';
+import { webVersionSource } from '../src/drivers/baileys/web-version.ts';
 import { MemoryAuthStore, RecordingListener, until } from './driver-contract.ts';
 
 const log = createLogger({ level: 'silent' });
@@ -416,6 +418,26 @@ describe('baileys driver: connection', () => {
     assert.deepEqual(closeAction(408, new Boom('QR refs attempts ended', { statusCode: 408 })), { kind: 'reconnect', reason: 'qr_expired' });
     assert.deepEqual(closeAction(408, new Boom('Connection was lost', { statusCode: 408 })), { kind: 'reconnect', reason: 'connection_lost' });
     assert.equal(closeAction(401, new Boom('x', { statusCode: 401, data: wsError })).kind, 'logged_out', 'the code decides the action');
+  });
+
+  it('announces the current WhatsApp Web version, and reads it again when WhatsApp refuses it (405)', async () => {
+    const versions: WAVersion[] = [[2, 3000, 1], [2, 3000, 2]];
+    const reads: WAVersion[] = [];
+    const webVersion = webVersionSource({ fetchLatest: async () => (reads.push(versions[reads.length]), { version: versions[reads.length - 1], isLatest: true }) });
+    const r = rig({ webVersion });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    assert.deepEqual(r.sock().config.version, [2, 3000, 1]);
+    await r.sock().drop(405);
+    await until(() => r.listener.state === 'reconnecting', 'reconnecting');
+    assert.equal(r.listener.states.at(-1)!.reason, 'client_outdated');
+    await until(() => r.network.sockets.length === 2, 'retried');
+    assert.deepEqual(r.sock().config.version, [2, 3000, 2], 'read again after the refusal');
+    assert.equal(reads.length, 2);
+    // A plain drop keeps the version read.
+    await r.sock().drop(DisconnectReason.connectionLost);
+    await until(() => r.network.sockets.length === 3, 'reconnected');
+    assert.deepEqual([r.sock().config.version, reads.length], [[2, 3000, 2], 2]);
   });
 
   it('waits for a credentials write in flight before disconnect returns (the owner lock is released next)', async () => {

@@ -5,7 +5,7 @@ import { DisconnectReason } from '@whiskeysockets/baileys';
 export type CloseAction =
   /** Pairing finished (515): the server wants a fresh connection with the new credentials. */
   | { kind: 'restart' }
-  /** Transient (408/428/500/503/unknown): reconnect with backoff. */
+  /** Transient (405/408/428/500/503/unknown): reconnect with backoff. */
   | { kind: 'reconnect'; reason: string }
   /** The device is unlinked or refused (401/403/411): clear credentials, stop. */
   | { kind: 'logged_out'; reason: string }
@@ -50,6 +50,9 @@ export function closeDetail(error: unknown): string | undefined {
   return message.replace(/[a-z]+:\/\/\S+/gi, '<url>').slice(0, 200);
 }
 
+/** WhatsApp's "Connection Failure" for a client version it has retired (Baileys has no name for it). */
+const CLIENT_OUTDATED = 405;
+
 function actionByCode(code: number | undefined): CloseAction {
   switch (code) {
     case DisconnectReason.restartRequired:
@@ -70,6 +73,8 @@ function actionByCode(code: number | undefined): CloseAction {
       return { kind: 'reconnect', reason: 'bad_session' };
     case DisconnectReason.unavailableService:
       return { kind: 'reconnect', reason: 'service_unavailable' };
+    case CLIENT_OUTDATED:
+      return { kind: 'reconnect', reason: 'client_outdated' };
     default:
       return { kind: 'reconnect', reason: code === undefined ? 'connection_error' : `closed_${code}` };
   }

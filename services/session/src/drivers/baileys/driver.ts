@@ -43,6 +43,7 @@ import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
 import { destinationJid, isPersonJid, lidSide, normalised, phoneOf } from './jids.ts';
 import { downloadWithRetry } from './media-download.ts';
 import { messageContent } from './outbound.ts';
+import type { WebVersionSource } from './web-version.ts';
 import { ForwardOnlyReceipts, receiptsFromUpdates, receiptsFromUserReceipts } from './receipts.ts';
 import { SentMessages } from './sent-messages.ts';
 import { TtlCache } from './ttl-cache.ts';
@@ -78,6 +79,8 @@ export interface BaileysDriverOptions {
   stillOwner?: (instanceId: string) => Promise<boolean>;
   /** Baileys' own log level; its debug output can contain key material, so keep it at warn. */
   baileysLogLevel?: string;
+  /** The WhatsApp Web version sockets announce; createBaileysDriver gives its drivers one source. */
+  webVersion?: WebVersionSource;
 }
 
 /** How long a socket can wait for a pairing: Baileys shows the first of the refs WhatsApp hands
@@ -237,6 +240,7 @@ export class BaileysDriver implements NetworkDriver {
     this.clearReconnectTimer();
     const generation = ++this.generation;
     this.creds ??= await loadCreds(this.ctx.auth);
+    const version = await this.opts.webVersion?.current();
     if (generation !== this.generation || !this.running) return; // stopped meanwhile
     if (forgetUnfinishedPairing(this.creds)) {
       this.log.info('a pairing code was not confirmed in time; pairing starts afresh');
@@ -246,6 +250,7 @@ export class BaileysDriver implements NetworkDriver {
       auth: { creds: this.creds, keys: makeCacheableSignalKeyStore(this.keyStore, this.baileysLog, this.keyCache) },
       logger: this.baileysLog,
       browser: Browsers.ubuntu('Chrome'),
+      ...(version && { version }),
       markOnlineOnConnect: false,
       syncFullHistory: false,
       shouldSyncHistoryMessage: (n) => HISTORY_TYPES_SYNCED.has(n.syncType ?? -1),
@@ -409,7 +414,10 @@ export class BaileysDriver implements NetworkDriver {
     // (`statusCode`, not `code`: the logger redacts fields named `code`, which may be pairing codes.)
     const fields = { statusCode, action: action.kind, reason, detail: closeDetail(error) };
     if (reason === 'server_unreachable') this.log.warn(fields, 'cannot reach the WhatsApp servers; retrying with backoff');
-    else this.log.info(fields, 'socket closed');
+    else if (reason === 'client_outdated') {
+      this.opts.webVersion?.refused();
+      this.log.error(fields, 'WhatsApp refused the client version; reading the current one and retrying (if this repeats, update @whiskeysockets/baileys)');
+    } else this.log.info(fields, 'socket closed');
     switch (action.kind) {
       case 'restart':
         // A failed reopen (e.g. credentials unreadable for a moment) must not leave us without a socket.
