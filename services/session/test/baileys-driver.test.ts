@@ -735,7 +735,7 @@ describe('baileys driver: receiving', () => {
     assert.equal(pnSender?.chatLid, null);
   });
 
-  it('unwraps ephemeral, view-once, document-with-caption and edited messages', async () => {
+  it('unwraps ephemeral, view-once, document-with-caption, edited, album and group-status messages', async () => {
     const r = await connectedRig();
     const chat = '5511977776666@s.whatsapp.net';
     const eph = await deliver(r, received({ chat, message: { ephemeralMessage: { message: { extendedTextMessage: { text: 'disappearing' } } } } }));
@@ -751,6 +751,12 @@ describe('baileys driver: receiving', () => {
     assert.deepEqual([edited?.type, edited?.text], ['text', 'fixed typo']);
     const editedWrapper = await deliver(r, received({ chat, message: { editedMessage: { message: { conversation: 'also edited' } } } }));
     assert.equal(editedWrapper?.text, 'also edited');
+
+    // Each picture of an album comes wrapped; so does a status posted to a group.
+    const albumPicture = await deliver(r, received({ chat, message: { associatedChildMessage: { message: { imageMessage: { mimetype: 'image/jpeg', caption: 'first of three', url: 'https://mmg.whatsapp.net/y', mediaKey: randomBytes(32) } } } } }));
+    assert.deepEqual([albumPicture?.type, albumPicture?.text], ['image', 'first of three']);
+    const groupStatus = await deliver(r, received({ chat: '120363025246125486@g.us', participant: '5511977776666@s.whatsapp.net', message: { groupStatusMessageV2: { message: { extendedTextMessage: { text: 'posted to the group' } } } } }));
+    assert.deepEqual([groupStatus?.type, groupStatus?.text], ['text', 'posted to the group']);
   });
 
   it('describes audio, video and sticker media', async () => {

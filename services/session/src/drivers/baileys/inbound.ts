@@ -1,5 +1,5 @@
 // A received WAMessage → our InboundMessage. Wrappers (ephemeral, view-once, document with caption,
-// edits) are unwrapped; addressing follows Baileys 7's LID model: `remoteJid`/`participant` are
+// edits, album pictures) are unwrapped; addressing follows Baileys 7's LID model: `remoteJid`/`participant` are
 // the addressing JIDs and `remoteJidAlt`/`participantAlt` the other form, so the phone is taken
 // from whichever side is a phone-number JID, and stays null when only a LID is known.
 import { proto, type WAMessage } from '@whiskeysockets/baileys';
@@ -19,7 +19,16 @@ export function unwrap(message: proto.IMessage | null | undefined): Unwrapped {
     const editedProtocol =
       content.protocolMessage?.type === proto.Message.ProtocolMessage.Type.MESSAGE_EDIT ? content.protocolMessage.editedMessage : undefined;
     const once = content.viewOnceMessage ?? content.viewOnceMessageV2 ?? content.viewOnceMessageV2Extension;
-    const inner = once ?? content.ephemeralMessage ?? content.documentWithCaptionMessage ?? content.editedMessage;
+    // The wrappers Baileys' normalizeMessageContent peels, among them each picture of an album
+    // (associatedChildMessage) and a status posted to a group.
+    const inner =
+      once ??
+      content.ephemeralMessage ??
+      content.documentWithCaptionMessage ??
+      content.editedMessage ??
+      content.associatedChildMessage ??
+      content.groupStatusMessage ??
+      content.groupStatusMessageV2;
     if (once) viewOnce = true;
     if (inner?.message) content = inner.message;
     else if (editedProtocol) content = editedProtocol;
