@@ -864,6 +864,20 @@ describe('baileys driver: receiving', () => {
       assert.equal(r.network.reuploads, 1);
     });
 
+    it('asks a round video note (ptv) to be re-uploaded as the video it is', async () => {
+      const r = await connectedRig();
+      const plain = randomBytes(3000);
+      const enc = await encryptedStream(plain, 'ptv');
+      files.set('/ptv', await readFile(enc.encFilePath));
+      await unlink(enc.encFilePath);
+      const note = { url: `${server.url}/expired`, mediaKey: enc.mediaKey, fileSha256: enc.fileSha256, fileEncSha256: enc.fileEncSha256, fileLength: plain.length, mimetype: 'video/mp4', seconds: 3 };
+      r.network.reupload = async (message) => ({ ...message, message: { videoMessage: { ...message.message!.videoMessage, url: `${server.url}/ptv` } } });
+      const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { ptvMessage: note } }));
+      assert.equal(m?.type, 'video');
+      assert.deepEqual(Buffer.from(await m!.media!.download()), plain);
+      assert.equal(r.network.reuploads, 1);
+    });
+
     it('fails when the media stays unavailable, without leaking the URL', async () => {
       const r = await connectedRig();
       const m = await deliver(r, received({ chat: '5511977776666@s.whatsapp.net', message: { imageMessage: { ...(await encryptedImage('/x', randomBytes(10))), url: `${server.url}/expired?token=SECRET` } } }));

@@ -493,7 +493,8 @@ export class BaileysDriver implements NetworkDriver {
 
   private normaliseDeps(sock: BaileysSocket): NormaliseDeps {
     return {
-      me: () => ({ phone: phoneOf(sock.user?.id), lid: normalised(sock.user?.lid) }),
+      // The credentials first: Baileys writes the LID into them, `sock.user` may be an older copy.
+      me: () => ({ phone: phoneOf(this.creds?.me?.id ?? sock.user?.id), lid: normalised(this.creds?.me?.lid ?? sock.user?.lid) }),
       isOwnSend: (id) => this.ctx.isOwnSend(id),
       download: (message) =>
         downloadWithRetry(message, {

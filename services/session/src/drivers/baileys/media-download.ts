@@ -47,7 +47,7 @@ export async function downloadWithRetry(message: WAMessage, opts: MediaDownloadO
   } catch (first) {
     let refreshed: WAMessage;
     try {
-      refreshed = await withDeadline(opts.reupload(message), opts.timeoutMs, () => new MediaDownloadError('media re-upload request timed out'));
+      refreshed = await withDeadline(opts.reupload(reuploadable(message)), opts.timeoutMs, () => new MediaDownloadError('media re-upload request timed out'));
     } catch (reuploadError) {
       throw new MediaDownloadError(`media unavailable (${describe(first)}); re-upload failed (${describe(reuploadError)})`);
     }
@@ -57,6 +57,13 @@ export async function downloadWithRetry(message: WAMessage, opts: MediaDownloadO
       throw new MediaDownloadError(`media unavailable after re-upload (${describe(second)})`);
     }
   }
+}
+
+/** Baileys' updateMediaMessage refuses a round video note (ptvMessage: not in its list of media
+ *  kinds), though it is a video with the same keys: it is asked as one. */
+function reuploadable(message: WAMessage): WAMessage {
+  const ptv = message.message?.ptvMessage;
+  return ptv ? { ...message, message: { videoMessage: ptv } } : message;
 }
 
 /** The media part of a message and the type its keys are derived for. */

@@ -262,6 +262,11 @@ export class StandInSocket implements BaileysSocket {
 
   async updateMediaMessage(message: WAMessage): Promise<WAMessage> {
     this.assertOpen();
+    // Like Baileys' assertMediaContent: only these kinds are media to it (a ptvMessage is not).
+    const content = message.message;
+    if (!(content?.documentMessage || content?.imageMessage || content?.videoMessage || content?.audioMessage || content?.stickerMessage)) {
+      throw new Boom('given message is not a media message', { statusCode: 400 });
+    }
     this.network.reuploads++;
     return this.network.reupload(message);
   }
