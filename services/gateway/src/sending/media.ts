@@ -1,8 +1,8 @@
 // Media of a send: decoded once and checked (checkMedia, before the instance's state is, so a
 // request that can never succeed is told so rather than asked to retry), then converted (a voice
 // note when asked; a sticker that is not WebP) and stored encrypted before the queue item exists
-// (storeSendMedia). A file no item came to refer to is removed by acceptSend (a refusal, a reused operation), or by retention
-// when a process died in between.
+// (storeSendMedia). A file no item came to refer to is removed by acceptSend (a refusal, a
+// reused operation), or by retention when a process died in between.
 import { isForeignKeyViolation, Problem, problems, storeMedia } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';

@@ -493,8 +493,10 @@ export class BaileysDriver implements NetworkDriver {
 
   private normaliseDeps(sock: BaileysSocket): NormaliseDeps {
     return {
-      // The credentials first: Baileys writes the LID into them, `sock.user` may be an older copy.
-      me: () => ({ phone: phoneOf(this.creds?.me?.id ?? sock.user?.id), lid: normalised(this.creds?.me?.lid ?? sock.user?.lid) }),
+      me: () => {
+        const me = ownUser(sock, this.creds);
+        return { phone: phoneOf(me.id), lid: normalised(me.lid) };
+      },
       isOwnSend: (id) => this.ctx.isOwnSend(id),
       download: (message) =>
         downloadWithRetry(message, {
@@ -666,11 +668,16 @@ export class BaileysDriver implements NetworkDriver {
   }
 }
 
-/** Our own user's JIDs (phone number and LID), normalised. The credentials come first: Baileys
- *  writes the LID into them when the server names it, while `sock.user` may be a copy taken before. */
+/** Our own user (phone-number JID and LID). The credentials come first: Baileys writes the LID
+ *  into them when the server names it, while `sock.user` may be a copy taken before. */
+function ownUser(sock: BaileysSocket, creds: AuthenticationCreds | null): { id?: string; lid?: string } {
+  return { id: creds?.me?.id ?? sock.user?.id, lid: creds?.me?.lid ?? sock.user?.lid };
+}
+
+/** Our own user's JIDs, normalised. */
 function ownJids(sock: BaileysSocket, creds: AuthenticationCreds | null): Set<string> {
-  const jids = [creds?.me?.id, creds?.me?.lid, sock.user?.id, sock.user?.lid].map(normalised);
-  return new Set(jids.filter((jid): jid is string => jid !== null));
+  const me = ownUser(sock, creds);
+  return new Set([normalised(me.id), normalised(me.lid)].filter((jid): jid is string => jid !== null));
 }
 
 function assertMayPostTo(meta: GroupMetadata, me: Set<string>): void {

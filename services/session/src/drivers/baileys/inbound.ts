@@ -1,7 +1,8 @@
 // A received WAMessage → our InboundMessage. Wrappers (ephemeral, view-once, document with caption,
-// edits, album pictures) are unwrapped; addressing follows Baileys 7's LID model: `remoteJid`/`participant` are
-// the addressing JIDs and `remoteJidAlt`/`participantAlt` the other form, so the phone is taken
-// from whichever side is a phone-number JID, and stays null when only a LID is known.
+// edits, album pictures) are unwrapped; addressing follows Baileys 7's LID model:
+// `remoteJid`/`participant` are the addressing JIDs and `remoteJidAlt`/`participantAlt` the other
+// form, so the phone is taken from whichever side is a phone-number JID, and stays null when only
+// a LID is known.
 import { proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { InboundMedia, InboundMessage, MessageType } from '@switchboard/core';
 import { isGroupJid, lidSide, normalised, phoneOf, pnSide } from './jids.ts';
