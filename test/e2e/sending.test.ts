@@ -98,6 +98,10 @@ for (const mode of modes) {
       const echo = await echoOf(voice.body.messengerId);
       assert.equal(echo.media.voiceNote, true);
       assert.ok(echo.media.seconds >= 1, JSON.stringify(echo.media));
+      // The queue item carries the waveform worked out at conversion, for the recipient's app.
+      const item = await t.server.platform.db('send_items').where({ id: voice.body.id }).first();
+      const waveform = Buffer.from((typeof item.payload === 'string' ? JSON.parse(item.payload) : item.payload).waveform, 'base64');
+      assert.deepEqual([waveform.length, Math.max(...waveform)], [64, 100]);
     });
 
     it('gives each magic number its outcome', async () => {

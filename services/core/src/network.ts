@@ -21,6 +21,8 @@ export interface OutboundMessage {
   ptt?: boolean;
   /** Whole seconds of audio or video, worked out by the gateway (absent when it could not tell). */
   seconds?: number;
+  /** A voice note's loudness bars (0–100), worked out by the gateway when it converted it. */
+  waveform?: Uint8Array;
   media?: Uint8Array;
 }
 

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Problem } from '@switchboard/core';
 import { makeWav, mediaFixtures } from '../../../test/fixtures/media/index.ts';
-import { convertToVoiceNote, oggOpusSeconds } from '../src/media/voice-note.ts';
+import { convertToVoiceNote, oggOpusSeconds, waveformOf } from '../src/media/voice-note.ts';
 import { resolveFfmpegPath } from '../src/media/ffmpeg.ts';
 
 const run = promisify(execFile);
@@ -55,6 +55,25 @@ describe('voice notes (convertToVoiceNote)', function () {
     assert.equal(note.seconds, 2);
     assert.ok(Math.abs(Number(p.format.duration) - 2) < 0.1, `ffprobe duration ${p.format.duration}`);
     assert.ok(Math.abs(oggOpusSeconds(note.bytes)! - 2) < 0.05);
+  });
+
+  it('draws the waveform of the converted audio: 64 bars of 0–100, the loudest part 100', async () => {
+    // One second of a tone, then one second of silence: loud bars first, then nothing.
+    const tone = join(dir, 'tone-then-silence.wav');
+    await run(ffmpeg, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'sine=duration=1', '-f', 'lavfi', '-i', 'anullsrc=duration=1:sample_rate=44100:channel_layout=mono', '-filter_complex', '[0:a][1:a]concat=n=2:v=0:a=1', tone]);
+    const note = await convertToVoiceNote(await readFile(tone));
+    assert.equal(note.waveform.length, 64);
+    assert.equal(Math.max(...note.waveform), 100);
+    assert.ok(note.waveform.slice(4, 28).every((bar) => bar >= 80), `loud first half: ${note.waveform}`);
+    assert.ok(note.waveform.slice(36).every((bar) => bar <= 2), `silent second half: ${note.waveform}`);
+  });
+
+  it('waveformOf: equal parts of 16-bit samples, scaled to the loudest; silence is all 0', () => {
+    const pcm = Buffer.alloc(64 * 10 * 2);
+    for (let bar = 0; bar < 64; bar++) for (let i = 0; i < 10; i++) pcm.writeInt16LE((i % 2 ? -1 : 1) * bar * 100, (bar * 10 + i) * 2);
+    assert.deepEqual([...waveformOf(pcm)], Array.from({ length: 64 }, (_, bar) => Math.floor((100 * bar) / 63)));
+    assert.deepEqual([...waveformOf(Buffer.alloc(1000))], Array(64).fill(0));
+    assert.equal(waveformOf(Buffer.alloc(6)).length, 64, 'fewer samples than bars');
   });
 
   it('converts an MP3', async () => {

@@ -179,6 +179,7 @@ export class SendCommandHandler {
       mimetype: payload.mimetype,
       ptt: payload.ptt,
       seconds: payload.seconds,
+      waveform: payload.waveform ? Buffer.from(payload.waveform, 'base64') : undefined,
       media: payload.mediaId ? await this.deps.media.read(payload.mediaId) : undefined,
     };
   }

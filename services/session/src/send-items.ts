@@ -25,6 +25,8 @@ export interface SendPayload {
   mimetype?: string;
   ptt?: boolean;
   seconds?: number;
+  /** A voice note's waveform, base64 (see the gateway's voice-note.ts). */
+  waveform?: string;
   mediaId?: string;
 }
 

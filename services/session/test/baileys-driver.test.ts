@@ -565,7 +565,7 @@ describe('baileys driver: sending', () => {
       const sends: [OutboundMessage, (m: proto.IMessage) => unknown][] = [
         [{ messengerId: mid(), to: phoneTo(), type: 'image', media: bytes(900), mimetype: 'image/jpeg', caption: 'a photo' }, (m) => m.imageMessage],
         [{ messengerId: mid(), to: phoneTo(), type: 'video', media: bytes(1500), mimetype: 'video/mp4', caption: 'a clip' }, (m) => m.videoMessage],
-        [{ messengerId: mid(), to: phoneTo(), type: 'audio', media: bytes(700), mimetype: 'audio/ogg', ptt: true, seconds: 3 }, (m) => m.audioMessage],
+        [{ messengerId: mid(), to: phoneTo(), type: 'audio', media: bytes(700), mimetype: 'audio/ogg', ptt: true, seconds: 3, waveform: Uint8Array.from({ length: 64 }, (_, i) => i) }, (m) => m.audioMessage],
         [{ messengerId: mid(), to: phoneTo(), type: 'audio', media: bytes(700), mimetype: 'audio/mpeg' }, (m) => m.audioMessage],
         [{ messengerId: mid(), to: phoneTo(), type: 'document', media: bytes(400), mimetype: 'application/pdf', fileName: 'invoice.pdf', caption: 'the invoice' }, (m) => m.documentMessage],
         [{ messengerId: mid(), to: phoneTo(), type: 'sticker', media: bytes(300), mimetype: 'image/webp' }, (m) => m.stickerMessage],
@@ -583,6 +583,7 @@ describe('baileys driver: sending', () => {
           assert.equal(!!media.ptt, !!msg.ptt);
           assert.equal(media.mimetype, msg.ptt ? 'audio/ogg; codecs=opus' : 'audio/mpeg');
           if (msg.ptt) assert.equal(media.seconds, 3, 'a voice note carries its length');
+          if (msg.ptt) assert.deepEqual(Buffer.from(media.waveform!), Buffer.from(msg.waveform!), 'and the waveform the gateway worked out');
         }
         if (msg.type === 'document') assert.equal(media.fileName, 'invoice.pdf');
         if (msg.type === 'sticker') assert.equal(media.mimetype, 'image/webp');

@@ -109,6 +109,18 @@ describe('baileys driver in the session worker', function () {
     assert.deepEqual([echo?.from_me, echo?.from_api], [true, true]);
   });
 
+  it('sends a queued voice note with the length and waveform the gateway worked out', async () => {
+    await connect();
+    const audio = randomBytes(600);
+    const waveform = Uint8Array.from({ length: 64 }, (_, i) => 100 - i);
+    const { id: mediaId } = await env.media.store({ instanceId, direction: 'outbound', mimetype: 'audio/ogg; codecs=opus', fileName: null, seconds: 4, voiceNote: true, bytes: audio });
+    const payload = { mimetype: 'audio/ogg; codecs=opus', ptt: true, seconds: 4, waveform: Buffer.from(waveform).toString('base64'), mediaId };
+    const send = await enqueueSend(env, instanceId, { phone: PEER, type: 'audio', payload });
+    await until(() => network.relayed.some((r) => r.messageId === send.messengerId), 'relayed');
+    const note = network.relayed.find((r) => r.messageId === send.messengerId)!.message.audioMessage!;
+    assert.deepEqual([note.ptt, note.seconds, Buffer.from(note.waveform!)], [true, 4, Buffer.from(waveform)]);
+  });
+
   it('fails a send the server refuses after it left the socket (an error acknowledgement)', async () => {
     await connect();
     const send = await enqueueSend(env, instanceId, { phone: PEER, text: 'refused by the server' });

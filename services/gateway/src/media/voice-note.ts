@@ -12,26 +12,52 @@ export interface VoiceNote {
   bytes: Buffer;
   /** Duration rounded to whole seconds (at least 1 for any non-empty audio). */
   seconds: number;
+  /** The loudness the recipient's app draws: WAVEFORM_BARS values of 0–100. */
+  waveform: Uint8Array;
 }
+
+/** Bars of a voice note's waveform, as WhatsApp's apps make it. */
+export const WAVEFORM_BARS = 64;
+/** The waveform is read from the converted audio at this rate, mono, 16-bit. */
+const WAVEFORM_SAMPLE_RATE = 8000;
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 
 export async function convertToVoiceNote(bytes: Uint8Array, opts: VoiceNoteOptions = {}): Promise<VoiceNote> {
   const ffmpeg = opts.ffmpegPath ?? (await resolveFfmpegPath());
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const ogg = await withInputFile(bytes, async (input, dir) => {
+  const { ogg, pcm } = await withInputFile(bytes, async (input, dir) => {
     const output = join(dir, 'voice.ogg');
-    const run = await runFfmpeg(ffmpeg, opusArguments(input, output), { timeoutMs, slots: opts.slots });
+    const samples = join(dir, 'samples.raw');
+    const run = await runFfmpeg(ffmpeg, opusArguments(input, output, samples), { timeoutMs, slots: opts.slots });
     if (run.timedOut) throw conversionFailed(`the conversion took longer than ${Math.round(timeoutMs / 1000)} s`, run.stderr);
     if (run.code !== 0) throw conversionFailed('the file could not be decoded as audio', run.stderr);
-    return readFile(output);
+    return { ogg: await readFile(output), pcm: await readFile(samples) };
   });
   const seconds = oggOpusSeconds(ogg);
   if (seconds === undefined) throw conversionFailed('the converted file contains no audio');
-  return { bytes: ogg, seconds: wholeSeconds(seconds) };
+  return { bytes: ogg, seconds: wholeSeconds(seconds), waveform: waveformOf(pcm) };
 }
 
-function opusArguments(input: string, output: string): string[] {
+/**
+ * The mean loudness of each of WAVEFORM_BARS equal parts of 16-bit mono samples, scaled so the
+ * loudest part is 100 (all 0 for silence). Without it WhatsApp draws a flat line.
+ */
+export function waveformOf(pcm: Buffer): Uint8Array {
+  const samples = Math.floor(pcm.length / 2);
+  const means = Array.from({ length: WAVEFORM_BARS }, (_, bar) => {
+    const start = Math.floor((bar * samples) / WAVEFORM_BARS);
+    const end = Math.max(start + 1, Math.floor(((bar + 1) * samples) / WAVEFORM_BARS));
+    let sum = 0;
+    for (let i = start; i < end && i < samples; i++) sum += Math.abs(pcm.readInt16LE(i * 2));
+    return sum / (end - start);
+  });
+  const loudest = Math.max(...means);
+  return Uint8Array.from(means, (mean) => (loudest > 0 ? Math.floor((100 * mean) / loudest) : 0));
+}
+
+/** One run, two outputs: the voice note, and raw samples of the same audio for its waveform. */
+function opusArguments(input: string, output: string, samples: string): string[] {
   return [
     '-hide_banner', '-nostdin', '-loglevel', 'error', '-y',
     ...SELF_CONTAINED_INPUT,
@@ -41,6 +67,9 @@ function opusArguments(input: string, output: string): string[] {
     '-ac', '1', '-ar', '48000',
     '-c:a', 'libopus', '-b:a', '32k', '-application', 'voip',
     '-f', 'ogg', output,
+    '-map', '0:a:0',
+    '-ac', '1', '-ar', String(WAVEFORM_SAMPLE_RATE),
+    '-f', 's16le', samples,
   ];
 }
 

@@ -17,7 +17,7 @@ import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
 import { settingsOf } from '../records.ts';
 import { canonicalMimetype } from '../media/outbound.ts';
-import { checkMedia, storeSendMedia } from './media.ts';
+import { checkMedia, storeSendMedia, type StoredSendMedia } from './media.ts';
 import type { NewSendItem } from './send-item-writer.ts';
 
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
@@ -84,14 +84,23 @@ async function discardUnused(deps: GatewayDeps, mediaId: string): Promise<void> 
 }
 
 /** The queue item (and its outbox row); a used key answers from its operation, or 409. */
-async function writeItem(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, contentHash: string | null, media: { id: string; mimetype: string; seconds?: number } | undefined): Promise<Accepted> {
+async function writeItem(deps: GatewayDeps, instanceId: string, req: SendRequest, idempotencyKey: string | undefined, contentHash: string | null, media: StoredSendMedia | undefined): Promise<Accepted> {
   const item: NewSendItem = {
     id: newId('msg'),
     instance_id: instanceId,
     messenger_id: newMessengerId(),
     phone: req.phone,
     type: req.type,
-    payload: JSON.stringify({ text: req.text, caption: req.caption, fileName: req.fileName, mimetype: media?.mimetype, ptt: req.ptt, seconds: media?.seconds, mediaId: media?.id }),
+    payload: JSON.stringify({
+      text: req.text,
+      caption: req.caption,
+      fileName: req.fileName,
+      mimetype: media?.mimetype,
+      ptt: req.ptt,
+      seconds: media?.seconds,
+      waveform: media?.waveform && Buffer.from(media.waveform).toString('base64'),
+      mediaId: media?.id,
+    }),
     status: 'queued',
     idempotency_key: idempotencyKey ?? null,
     content_hash: contentHash,

@@ -11,6 +11,15 @@ import { convertToVoiceNote } from '../media/voice-note.ts';
 import { CONVERTIBLE_STICKER_MIMETYPES, convertToSticker } from '../media/sticker.ts';
 import { mediaSeconds } from '../media/duration.ts';
 
+/** A send's file once stored: what its queue item records of it. */
+export interface StoredSendMedia {
+  id: string;
+  mimetype: string;
+  seconds?: number;
+  /** A voice note's waveform (WAVEFORM_BARS values of 0–100). */
+  waveform?: Uint8Array;
+}
+
 export interface DecodedMedia {
   mimetype: string;
   bytes: Uint8Array;
@@ -25,13 +34,15 @@ export function checkMedia(req: SendRequest): DecodedMedia | undefined {
 }
 
 /** Converts a voice note or a sticker (422 when the file cannot be decoded) and stores the file. */
-export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req: SendRequest, decoded: DecodedMedia): Promise<{ id: string; mimetype: string; seconds?: number }> {
+export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req: SendRequest, decoded: DecodedMedia): Promise<StoredSendMedia> {
   let { mimetype, bytes } = decoded;
   let seconds: number | undefined;
+  let waveform: Uint8Array | undefined;
   if (req.type === 'audio' && req.ptt) {
     const note = await convertToVoiceNote(bytes);
     bytes = note.bytes;
     seconds = note.seconds;
+    waveform = note.waveform;
     mimetype = 'audio/ogg; codecs=opus';
   } else if (req.type === 'sticker' && CONVERTIBLE_STICKER_MIMETYPES.has(essence(mimetype))) {
     bytes = await convertToSticker(bytes);
@@ -51,7 +62,7 @@ export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req:
     // Deleted while the file was converted or stored: answered as if the send came after the delete.
     throw isForeignKeyViolation(err) ? problems.notFound('The instance') : err;
   });
-  return { id: record.id, mimetype, seconds };
+  return { id: record.id, mimetype, seconds, waveform };
 }
 
 function unsupported(detail: string): Problem {

@@ -19,7 +19,11 @@ export function messageContent(msg: OutboundMessage): AnyMessageContent {
     case 'video':
       return { video: media, caption, mimetype: msg.mimetype, seconds: msg.seconds };
     case 'audio':
-      return msg.ptt ? { audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE, seconds: msg.seconds } : { audio: media, mimetype: msg.mimetype, seconds: msg.seconds };
+      // Baileys copies the content's fields into the audioMessage, waveform included (its type
+      // does not name it); without one it would need a decoder it does not ship to draw any.
+      return msg.ptt
+        ? ({ audio: media, ptt: true, mimetype: VOICE_NOTE_MIMETYPE, seconds: msg.seconds, ...(msg.waveform && { waveform: msg.waveform }) } as AnyMessageContent)
+        : { audio: media, mimetype: msg.mimetype, seconds: msg.seconds };
     case 'document':
       return { document: media, mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName ?? 'file', caption };
     case 'sticker':
