@@ -51,6 +51,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const vacuum = isEmbedded(db) ? startDatabaseVacuum({ db, log }) : undefined;
   const stopState = { stopping: false };
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db), stopState });
+  await runtime.recordRestart();
   const http = await listen(app, config.port, config.host, stopState);
   await runtime.resumeAll();
 

@@ -1,7 +1,8 @@
 // LocalSessionRuntime: the SessionRuntime of embedded mode. Sessions are in-process workers, one
 // per running instance; the database's `paused` flag is the desired run state, so `resumeAll()`
-// at server start brings back every instance that is not paused (connected ones without a scan).
-import { DbAuthStore, InstanceLanes, outsideTrace, problems, recordConnectionState, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
+// at server start brings back every instance that is not paused (connected ones without a scan),
+// after `recordRestart()` has recorded what the restart means for each before the API serves.
+import { DbAuthStore, InstanceLanes, outsideTrace, problems, recordConnectionState, recordStateIfUnheld, resetUnheldSession, sessionBusy, type SessionRuntime } from '@switchboard/core';
 import { callSessionOp } from './session-ops.ts';
 import { SessionWorker, type SessionWorkerOptions } from './worker.ts';
 
@@ -14,13 +15,29 @@ export class LocalSessionRuntime implements SessionRuntime {
 
   constructor(private readonly opts: LocalRuntimeOptions) {}
 
-  /** Starts a worker for every instance that is not paused (server start), as cluster mode runs a
-   *  session for each: connected ones reconnect without a scan, the others wait for one. */
-  async resumeAll(): Promise<void> {
-    // A process killed while it stopped an instance for a pause left its record paused in the
-    // state it had (`connected`, say): no session runs it now, so it is stopped.
+  /**
+   * At server start, before the API serves: the records still say what the last process left
+   * (`connected`, say), which no session of this process is yet. Paused instances are recorded
+   * stopped (a process killed while it stopped one left it in its old state) and the others
+   * `starting`, as their sessions will record them, unless a session of another server sharing
+   * the database holds them. A client reading an instance then never takes a state from before
+   * the restart for the current one.
+   */
+  async recordRestart(): Promise<void> {
     const unstopped = (await this.opts.db('instances').where({ paused: true }).whereNot({ state: 'stopped' }).pluck('id')) as string[];
     for (const id of unstopped) await this.recordStopped(id);
+    const resumable = (await this.opts.db('instances').where({ paused: false }).whereNot({ state: 'starting' }).pluck('id')) as string[];
+    let recorded = false;
+    for (const id of resumable) {
+      if (await recordStateIfUnheld(this.opts.db, id, (row) => (row.paused ? null : { state: 'starting', reason: 'session_started' }))) recorded = true;
+    }
+    if (recorded) this.opts.relay.kick();
+  }
+
+  /** Starts a worker for every instance that is not paused (server start, after recordRestart),
+   *  as cluster mode runs a session for each: connected ones reconnect without a scan, the others
+   *  wait for one. */
+  async resumeAll(): Promise<void> {
     const ids = (await this.opts.db('instances').where({ paused: false }).pluck('id')) as string[];
     for (const id of ids) await this.resume(id);
   }

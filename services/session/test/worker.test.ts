@@ -436,6 +436,25 @@ for (const nats of [false, true]) {
       assert.equal((await instanceRow(env.db, stoppedId)).paused, true);
     });
 
+    it('recordRestart: what a restart means for each instance is recorded before the API serves', async () => {
+      await connect(); // held by this runtime's session: another server's, to the one restarting
+      const stale = await env.createInstance({ paused: false, state: 'connected', phone: '5511900003333' });
+      const pausedStale = await env.createInstance({ paused: true, state: 'connected', phone: '5511900004444' });
+      const restarting = env.runtime();
+      await restarting.recordRestart();
+      assert.equal((await instanceRow(env.db, stale)).state, 'starting', 'not the state the last process left');
+      assert.equal((await instanceRow(env.db, pausedStale)).state, 'stopped');
+      assert.equal((await instanceRow(env.db, instanceId)).state, 'connected', 'a session that runs keeps its state');
+      const [update] = await eventsOf(env.db, stale, 'connection.update');
+      assert.deepEqual(update.data, { state: 'starting', previousState: 'connected', phone: '5511900003333', reason: 'session_started' });
+      // The session that starts next records no second event for the same state.
+      await restarting.resumeAll();
+      await until(async () => (await instanceRow(env.db, stale)).state === 'awaiting_scan', 'the resumed session waits for a scan');
+      const states = (await eventsOf(env.db, stale, 'connection.update')).map((e) => e.data.state);
+      assert.deepEqual(states.slice(0, 2), ['starting', 'awaiting_scan']);
+      await restarting.close();
+    });
+
     it('a start accepted just before the runtime closes starts no session', async () => {
       const other = env.runtime();
       const starting = other.start(instanceId);
