@@ -4,7 +4,12 @@
 // presence, calls and settings.
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { readFile, unlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Boom } from '@hapi/boom';
@@ -40,6 +45,8 @@ import { backoffDelay, closeAction } from '../src/drivers/baileys/close-policy.t
 import { StandInNetwork, type StandInSocket } from '../src/drivers/baileys/stand-in-socket.ts';
 import { webVersionSource } from '../src/drivers/baileys/web-version.ts';
 import { MemoryAuthStore, RecordingListener, until } from './driver-contract.ts';
+import { isAnimatedWebp } from '../src/drivers/baileys/outbound.ts';
+import { mediaFixtures } from '../../../test/fixtures/media/index.ts';
 
 const log = createLogger({ level: 'silent' });
 const INSTANCE = 'inst-baileys';
@@ -586,10 +593,27 @@ describe('baileys driver: sending', () => {
           if (msg.ptt) assert.deepEqual(Buffer.from(media.waveform!), Buffer.from(msg.waveform!), 'and the waveform the gateway worked out');
         }
         if (msg.type === 'document') assert.equal(media.fileName, 'invoice.pdf');
-        if (msg.type === 'sticker') assert.equal(media.mimetype, 'image/webp');
+        if (msg.type === 'sticker') assert.deepEqual([media.mimetype, (media as proto.Message.IStickerMessage).isAnimated], ['image/webp', false]);
       }
     } finally {
       await server.close();
+    }
+  });
+
+  it('marks an animated WebP sticker animated (WhatsApp plays it only then)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sb-webp-'));
+    try {
+      const file = join(dir, 'moving.webp');
+      await promisify(execFile)('ffmpeg', ['-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'testsrc=size=64x64:rate=5', '-t', '1', '-c:v', 'libwebp', '-loop', '0', file]);
+      const animated = await readFile(file);
+      assert.equal(isAnimatedWebp(animated), true);
+      assert.equal(isAnimatedWebp(mediaFixtures.sticker.bytes()), false, 'a still WebP');
+      assert.equal(isAnimatedWebp(Buffer.from('RIFF')), false);
+      const r = await connectedRig();
+      await r.driver.send({ messengerId: mid(), to: phoneTo(), type: 'sticker', media: animated, mimetype: 'image/webp' });
+      assert.equal(r.network.relayed.at(-1)!.message.stickerMessage?.isAnimated, true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

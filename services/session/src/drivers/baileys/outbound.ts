@@ -27,6 +27,13 @@ export function messageContent(msg: OutboundMessage): AnyMessageContent {
     case 'document':
       return { document: media, mimetype: msg.mimetype ?? 'application/octet-stream', fileName: msg.fileName ?? 'file', caption };
     case 'sticker':
-      return { sticker: media, mimetype: 'image/webp' };
+      return { sticker: media, mimetype: 'image/webp', isAnimated: isAnimatedWebp(media) };
   }
+}
+
+/** A WebP whose extended header (VP8X) flags an animation: WhatsApp plays a sticker only when the
+ *  message says it is animated, and shows its first frame otherwise. */
+export function isAnimatedWebp(file: Uint8Array): boolean {
+  const ascii = (from: number, to: number) => String.fromCharCode(...file.subarray(from, to));
+  return file.length > 20 && ascii(0, 4) === 'RIFF' && ascii(8, 12) === 'WEBP' && ascii(12, 16) === 'VP8X' && (file[20] & 0x02) !== 0;
 }
