@@ -33,6 +33,7 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
   const metrics = deps.metrics ?? createMetrics({ db: deps.db, bus: deps.bus });
   app.use(observeRequests(metrics, deps.log, [deps.adminKey])); // outermost: sees the final status of every request
   app.use(problemResponder(deps.log));
+  app.use(routeHeaders(routes));
   app.use(async (ctx, next) => {
     const given = ctx.get('x-request-id');
     const requestId = CLIENT_REQUEST_ID.test(given) ? given : randomUUID();
@@ -46,7 +47,6 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     if (repeated) throw problems.badRequest('duplicate_header', `Send one ${repeated} header, not several.`);
     await next();
   });
-  app.use(routeHeaders(routes));
   app.use(metricsEndpoint(metrics));
   // Around the rate limiter (see origin.ts): CORS headers before it, so an allowed page can read a
   // 429; the origin's verdict after it, so a refused or preflight request is counted too.
@@ -94,7 +94,8 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
 }
 
 /** Sets each route's own `headers` on every answer to its path, whatever the method, before
- *  anything can refuse the request: a rate limit, a foreign origin or a wrong method too. A
+ *  anything can refuse the request: a malformed request, a rate limit, a foreign origin or a
+ *  wrong method too. A
  *  router used only to match paths, so the app's router still sees only its own matches. */
 function routeHeaders(routes: Route[]): Koa.Middleware {
   const paths = new Router();

@@ -56,7 +56,7 @@ export const SendBody = z
     mimetype: z.string().max(255).nullish().describe('The file\'s type, required for media types: image/*, video/*, audio/* for those types; any for a document; for a sticker image/webp, or image/png, image/jpeg, image/gif, image/bmp or image/tiff, which are converted to a 512×512 WebP (422 when the file cannot be decoded).'),
     caption: z.string().max(16000).nullish().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on text; a sticker\'s is kept with the item but shown by no recipient.'),
     fileName: z.string().max(255).nullish().describe('Shown by recipients of a document; an empty string is none.'),
-    ptt: z.boolean().nullish().describe('On audio: converted to an Ogg Opus voice note (422 when the audio cannot be decoded). Refused with 422 on other types.'),
+    ptt: z.boolean().nullish().describe('On audio: true converts it to an Ogg Opus voice note (422 when the audio cannot be decoded). true on other types is 422.'),
   })
   .superRefine((b, ctx) => {
     // An empty string or null is no content: clients that send every field blank, or every unset
@@ -77,12 +77,13 @@ export const SendBody = z
     if (b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
     if (b.type === 'audio' && typeof b.caption === 'string') ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
   })
-  .transform(withoutNulls);
+  .transform(withoutEmptyFields);
 export type SendRequest = z.output<typeof SendBody>;
 
-/** The send with its null fields left out: from here on a field is a value or absent. */
-function withoutNulls<T extends object>(body: T): { [K in keyof T]: Exclude<T[K], null> } {
-  return Object.fromEntries(Object.entries(body).filter(([, value]) => value !== null)) as { [K in keyof T]: Exclude<T[K], null> };
+/** A null or an empty string is no content (decisions.md "Send validation"): dropped once, here,
+ *  so the stored item, its file's record and the idempotency content all see the same send. */
+function withoutEmptyFields<T extends object>(body: T): { [K in keyof T]: Exclude<T[K], null> } {
+  return Object.fromEntries(Object.entries(body).filter(([, value]) => value !== null && value !== '')) as { [K in keyof T]: Exclude<T[K], null> };
 }
 
 export const StatsQuery = z.object({

@@ -109,6 +109,9 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       const wrongMethod = await t.admin.get('/api/instances/any/pairing-code');
       assertProblem(wrongMethod, 405, 'method_not_allowed');
       assert.equal(wrongMethod.headers.get('cache-control'), 'no-store', 'every answer to the pairing-code path');
+      const malformed = await rawRequest(t.url, 'POST /api/instances/any/pairing-code HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+      assert.match(malformed, /^HTTP\/1\.1 400 /);
+      assert.match(malformed, /\r\ncache-control: no-store\r\n/i, 'a malformed request to it too');
       // A method no route has is the client's fault too (the router's bare 501 before).
       const propfind = await t.admin.request('PROPFIND', '/api/projects');
       assertProblem(propfind, 405, 'method_not_allowed');

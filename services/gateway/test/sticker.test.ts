@@ -63,6 +63,16 @@ describe('stickers (convertToSticker)', function () {
     assert.ok(frames > 1 && frames <= 50, `frames: ${frames} (5 a second for 10 s at most)`);
   });
 
+  it('refuses an image of more than 25 megapixels before decoding it, and an animation that would exceed 1 MiB', async () => {
+    const huge = join(dir, 'huge.png');
+    await run(ffmpeg, ['-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'color=c=red:size=6000x5000', '-frames:v', '1', huge]);
+    await assert.rejects(convertToSticker(await readFile(huge)), (err: Problem) => err.status === 422 && /more than 25 megapixels/.test(err.message));
+    // Noise does not compress: 3 s of it at 5 frames a second is about 2 MiB of WebP.
+    const noisy = join(dir, 'noisy.gif');
+    await run(ffmpeg, ['-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'nullsrc=size=320x320:rate=5,geq=random(1)*255:128:128', '-t', '3', noisy]);
+    await assert.rejects(convertToSticker(await readFile(noisy)), (err: Problem) => err.status === 422 && /more than the 1024 KiB WhatsApp takes/.test(err.message));
+  });
+
   it('refuses what is no image with 422 media_conversion_failed, keeping ffmpeg\'s words out of the answer', async () => {
     const svg = Buffer.from('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><image href="file:///etc/passwd"/></svg>');
     for (const bytes of [Buffer.from('definitely not an image'), svg, mediaFixtures.mp3.bytes()]) {

@@ -814,6 +814,9 @@ describe('baileys driver: receiving', () => {
     assert.deepEqual([pnChat?.phone, pnChat?.chatLid], ['5511977776666', null]);
     const theirs = await deliver(r, received({ chat: '111122223333444@lid', chatAlt: '5511977776666@s.whatsapp.net', fromMe: true, message: { conversation: 'alt is theirs' } }));
     assert.equal(theirs?.phone, '5511977776666');
+    // Notes to self: the chat is ours, and so is its phone.
+    const toSelf = await deliver(r, received({ chat: `${MY_LID}@lid`, chatAlt: `${MY_PHONE}@s.whatsapp.net`, fromMe: true, message: { conversation: 'note to self' } }));
+    assert.deepEqual([toSelf?.phone, toSelf?.chatLid], [MY_PHONE, `${MY_LID}@lid`]);
   });
 
   it('ignores history, reactions and stubs; records what arrived while offline (append), held until login like Baileys', async () => {

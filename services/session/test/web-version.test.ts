@@ -34,11 +34,28 @@ describe('WhatsApp Web version source', () => {
     assert.equal(s.signals.length, 2);
   });
 
-  it('reads again at once after WhatsApp refused the version', async () => {
-    const s = source([[2, 3000, 7], [2, 3000, 9]]);
+  it('reads again at once after WhatsApp refused the version, once for all sockets that announced it', async () => {
+    const s = source([[2, 3000, 7], [2, 3000, 9], [2, 3000, 10]]);
     await s.versions.current();
-    s.versions.refused();
+    s.versions.refused([2, 3000, 7]);
     assert.deepEqual(await s.versions.current(), [2, 3000, 9]);
+    // Other sockets that announced the old version close too: the new read stands.
+    s.versions.refused([2, 3000, 7]);
+    s.versions.refused(undefined);
+    assert.deepEqual([await s.versions.current(), s.signals.length], [[2, 3000, 9], 2]);
+  });
+
+  it('gives up a read that takes longer than its time limit', async () => {
+    let reads = 0;
+    const versions = webVersionSource({
+      timeoutMs: 20,
+      fetchLatest: ({ signal }) => {
+        reads++;
+        return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+      },
+    });
+    assert.equal(await versions.current(), undefined);
+    assert.equal(reads, 1);
   });
 
   it("uses Baileys' own version while the read fails or finds no version, and tries again later", async () => {

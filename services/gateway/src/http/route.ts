@@ -40,8 +40,8 @@ export interface Route<B = any, Q = any> {
   tag: string;
   body?: z.ZodType<B>;
   query?: z.ZodType<Q>;
-  /** Headers of every answer to the route's path, refusals included (by the rate limit, the
-   *  origin, a wrong method, authentication or validation). */
+  /** Headers of every answer to the route's path, refusals included (of a malformed request, by
+   *  the rate limit, the origin, a wrong method, authentication or validation). */
   headers?: Record<string, string>;
   /** Largest accepted request body in bytes (default 1 MiB). */
   bodyLimit?: number;

@@ -1,4 +1,4 @@
-// Running ffmpeg on a file a client sent: voice-note conversion and media durations. Input goes
+// Running ffmpeg on a file a client sent: voice notes, stickers and media durations. Input goes
 // through a private temporary file rather than stdin because some containers (MP4/M4A with the
 // index at the end) need seeking.
 import { spawn } from 'node:child_process';

@@ -41,7 +41,7 @@ export function acceptSend(
 ): Promise<Accepted> {
   const attributes = { 'switchboard.instance_id': instanceId, 'switchboard.message.type': req.type };
   return inSpan('accept send', { attributes }, async (span) => {
-    const accepted = await acceptSendNow(deps, instanceId, withoutBlankFields(req), idempotencyKey, instance);
+    const accepted = await acceptSendNow(deps, instanceId, req, idempotencyKey, instance);
     span.setAttribute('switchboard.message.id', accepted.id);
     span.setAttribute('switchboard.message.reused', accepted.reused);
     return accepted;
@@ -62,7 +62,8 @@ async function acceptSendNow(deps: GatewayDeps, instanceId: string, req: SendReq
     if (reused) return reused;
   }
   // A request that can never succeed says so (400, 413, 422) rather than 409 or 429, which ask for
-  // a retry. Only a voice note's conversion waits for an instance that takes the send.
+  // a retry. Only the conversion of a voice note or a sticker waits for an instance that takes
+  // the send.
   const decoded = checkMedia(req);
   if (refusal) throw refusal;
   const media = decoded && (await storeSendMedia(deps, instanceId, req, decoded));
@@ -153,14 +154,6 @@ function refusalOf(row: InstanceRow): Problem | undefined {
   // queue here keeps clients that hammer it from costing other instances' sends anything.
   if (Number(row.queued_count ?? 0) >= SEND_QUEUE_LIMIT) return queueFull();
   return undefined;
-}
-
-/** An empty string is no content (decisions.md "Send validation"): dropped once, here, so the
- *  stored item, its file's record and the idempotency content all see the same send. */
-function withoutBlankFields(req: SendRequest): SendRequest {
-  const out = { ...req };
-  for (const field of ['text', 'base64', 'mimetype', 'caption', 'fileName'] as const) if (out[field] === '') delete out[field];
-  return out;
 }
 
 /** Canonical content: the same message always hashes the same, whatever the key order, and

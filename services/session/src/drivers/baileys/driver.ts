@@ -18,6 +18,7 @@ import {
   type WACallEvent,
   type WAMessage,
   type WAMessageKey,
+  type WAVersion,
 } from '@whiskeysockets/baileys';
 import {
   createLogger,
@@ -125,6 +126,8 @@ export class BaileysDriver implements NetworkDriver {
   private credsWrites: Promise<void> = Promise.resolve();
 
   private sock: BaileysSocket | null = null;
+  /** The WhatsApp Web version the current socket announced (undefined: Baileys' own). */
+  private sockVersion: WAVersion | undefined;
   /** Bumped for every socket; events of an older socket are ignored. */
   private generation = 0;
   private creds: AuthenticationCreds | null = null;
@@ -242,6 +245,7 @@ export class BaileysDriver implements NetworkDriver {
     this.creds ??= await loadCreds(this.ctx.auth);
     const version = await this.opts.webVersion?.current();
     if (generation !== this.generation || !this.running) return; // stopped meanwhile
+    this.sockVersion = version;
     if (forgetUnfinishedPairing(this.creds)) {
       this.log.info('a pairing code was not confirmed in time; pairing starts afresh');
       this.writeCreds(this.creds);
@@ -415,7 +419,7 @@ export class BaileysDriver implements NetworkDriver {
     const fields = { statusCode, action: action.kind, reason, detail: closeDetail(error) };
     if (reason === 'server_unreachable') this.log.warn(fields, 'cannot reach the WhatsApp servers; retrying with backoff');
     else if (reason === 'client_outdated') {
-      this.opts.webVersion?.refused();
+      this.opts.webVersion?.refused(this.sockVersion);
       this.log.error(fields, 'WhatsApp refused the client version; reading the current one and retrying (if this repeats, update @whiskeysockets/baileys)');
     } else this.log.info(fields, 'socket closed');
     switch (action.kind) {

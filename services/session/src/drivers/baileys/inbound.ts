@@ -91,8 +91,9 @@ export async function normaliseMessage(msg: WAMessage, deps: NormaliseDeps): Pro
   const isGroup = isGroupJid(key.remoteJid);
   const me = deps.me();
   // Baileys takes a private chat's alternative address from the sender's side of the stanza
-  // first, which for a message sent from our own phone may be our own number: not the chat's.
-  const chatAlt = fromMe && isOwnJid(key.remoteJidAlt, me) ? undefined : key.remoteJidAlt;
+  // first, which for a message sent from our own phone may be our own number: not the chat's,
+  // unless the chat is our own (notes to self).
+  const chatAlt = fromMe && isOwnJid(key.remoteJidAlt, me) && !isOwnJid(key.remoteJid, me) ? undefined : key.remoteJidAlt;
   const address = isGroup ? addressOfGroupSender(msg) : { phone: pnSide(key.remoteJid, chatAlt), lid: lidSide(key.remoteJid, chatAlt) };
   const phone = address.phone ?? (isGroup && fromMe ? me.phone : null);
 

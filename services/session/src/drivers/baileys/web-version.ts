@@ -8,8 +8,9 @@ import { fetchLatestWaWebVersion, type WAVersion } from '@whiskeysockets/baileys
 export interface WebVersionSource {
   /** The version to announce; undefined: Baileys' own. */
   current(): Promise<WAVersion | undefined>;
-  /** WhatsApp refused the version: read it again before the next socket. */
-  refused(): void;
+  /** WhatsApp refused `version` (undefined: Baileys' own), which a socket announced: read the
+   *  version again before the next socket, unless one read since then already replaced it. */
+  refused(version: WAVersion | undefined): void;
 }
 
 export interface WebVersionOptions {
@@ -47,8 +48,12 @@ export function webVersionSource(opts: WebVersionOptions = {}): WebVersionSource
       reading ??= read().finally(() => (reading = undefined));
       return reading;
     },
-    refused() {
-      known = undefined;
+    refused(version) {
+      if (known && sameVersion(known.version, version)) known = undefined;
     },
   };
+}
+
+function sameVersion(a: WAVersion | undefined, b: WAVersion | undefined): boolean {
+  return a === b || (a !== undefined && b !== undefined && a.every((part, i) => part === b[i]));
 }
