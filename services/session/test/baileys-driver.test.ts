@@ -714,6 +714,17 @@ describe('baileys driver: receipts', () => {
     assert.equal(r.listener.receipts.at(-1)!.status, 'failed');
   });
 
+  it('reports a group send delivered, then read, as the members\' receipts come (not our phone\'s copy)', async () => {
+    const r = await connectedRig();
+    (r.network.opts as { auto?: boolean }).auto = true; // the server now acknowledges sends as WhatsApp does
+    const groupJid = '120363000000000009@g.us';
+    r.network.groups.set(groupJid, group(groupJid, false, null));
+    const id = mid();
+    await r.driver.send(text(id, { kind: 'group', groupId: '120363000000000009' }, 'to the group'));
+    await until(() => r.listener.receipts.some((x) => x.messengerId === id && x.status === 'read'), 'read by a member');
+    assert.deepEqual(r.listener.receipts.filter((x) => x.messengerId === id).map((x) => x.status), ['delivered', 'read']);
+  });
+
   it('maps per-participant group receipts (message-receipt.update)', async () => {
     const r = await connectedRig();
     const id = mid();

@@ -239,12 +239,12 @@ export class StandInSocket implements BaileysSocket {
     const key = { remoteJid: jid, fromMe: true, id };
     const { SERVER_ACK, DELIVERY_ACK, READ } = proto.WebMessageInfo.Status;
     const member = '5511955554444@s.whatsapp.net';
+    const me = jidNormalizedUser(this.user?.id);
+    // Like handleReceipt: the key names the participant whose receipt it is.
+    const receipt = (userJid: string, stamp: 'readTimestamp' | 'receiptTimestamp') => () =>
+      this.ev.emit('message-receipt.update', [{ key: { ...key, participant: userJid }, receipt: { userJid, [stamp]: unixNow() } }]);
     const emits: (() => void)[] = isJidGroup(jid)
-      ? [
-          () => this.ev.emit('message-receipt.update', [{ key, receipt: { userJid: jidNormalizedUser(this.user?.id), readTimestamp: unixNow() } }]),
-          () => this.ev.emit('message-receipt.update', [{ key, receipt: { userJid: member, receiptTimestamp: unixNow() } }]),
-          () => this.ev.emit('message-receipt.update', [{ key, receipt: { userJid: member, readTimestamp: unixNow() } }]),
-        ]
+      ? [receipt(me, 'readTimestamp'), receipt(member, 'receiptTimestamp'), receipt(member, 'readTimestamp')]
       : [SERVER_ACK, DELIVERY_ACK, READ].map((status) => () => this.ev.emit('messages.update', [{ key, update: { status } }]));
     emits.forEach((emit, i) =>
       setTimeout(() => {
