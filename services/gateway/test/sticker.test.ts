@@ -13,7 +13,7 @@ import { resolveFfmpegPath } from '../src/media/ffmpeg.ts';
 const run = promisify(execFile);
 
 interface Probe {
-  streams: { codec_name: string; width: number; height: number; nb_read_frames?: string }[];
+  streams: { codec_name: string; width: number; height: number }[];
 }
 
 describe('stickers (convertToSticker)', function () {
@@ -35,7 +35,7 @@ describe('stickers (convertToSticker)', function () {
   async function probe(bytes: Buffer): Promise<Probe['streams'][0]> {
     const file = join(dir, `probe-${Math.random().toString(36).slice(2)}.webp`);
     await writeFile(file, bytes);
-    const { stdout } = await run('ffprobe', ['-v', 'error', '-count_frames', '-show_entries', 'stream=codec_name,width,height,nb_read_frames', '-of', 'json', file]);
+    const { stdout } = await run('ffprobe', ['-v', 'error', '-show_entries', 'stream=codec_name,width,height', '-of', 'json', file]);
     return (JSON.parse(stdout) as Probe).streams[0];
   }
 

@@ -40,6 +40,11 @@ export function assertMimetype(type: string, mimetype: string): string {
   return canonicalMimetype(mimetype);
 }
 
+/** The type/subtype of a mimetype as stored (canonicalMimetype), without its parameters. */
+export function mimetypeEssence(canonical: string): string {
+  return canonical.split(';', 1)[0];
+}
+
 /** The mimetype as stored: without blanks around it, its type/subtype in lower case. */
 export function canonicalMimetype(mimetype: string): string {
   const trimmed = mimetype.trim();

@@ -6,7 +6,7 @@
 import { isForeignKeyViolation, Problem, problems, storeMedia } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import type { SendRequest } from '../schemas.ts';
-import { assertMimetype, decodeBase64Strict } from '../media/outbound.ts';
+import { assertMimetype, decodeBase64Strict, mimetypeEssence } from '../media/outbound.ts';
 import { convertToVoiceNote } from '../media/voice-note.ts';
 import { CONVERTIBLE_STICKER_MIMETYPES, convertToSticker } from '../media/sticker.ts';
 import { mediaSeconds } from '../media/duration.ts';
@@ -44,7 +44,7 @@ export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req:
     seconds = note.seconds;
     waveform = note.waveform;
     mimetype = 'audio/ogg; codecs=opus';
-  } else if (req.type === 'sticker' && CONVERTIBLE_STICKER_MIMETYPES.has(essence(mimetype))) {
+  } else if (req.type === 'sticker' && CONVERTIBLE_STICKER_MIMETYPES.has(mimetypeEssence(mimetype))) {
     bytes = await convertToSticker(bytes);
     mimetype = 'image/webp';
   } else if (req.type === 'audio' || req.type === 'video') {
@@ -67,9 +67,4 @@ export async function storeSendMedia(deps: GatewayDeps, instanceId: string, req:
 
 function unsupported(detail: string): Problem {
   return new Problem(422, 'unsupported_option', detail, [{ path: 'ptt', message: detail }]);
-}
-
-/** The mimetype without its parameters (it is stored with type/subtype lowercased). */
-function essence(mimetype: string): string {
-  return mimetype.split(';', 1)[0];
 }
