@@ -1,14 +1,14 @@
 // convertToVoiceNote against real ffmpeg, checked with ffprobe (Debian's ffmpeg package).
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Problem } from '@switchboard/core';
 import { makeWav, mediaFixtures } from '../../../test/fixtures/media/index.ts';
 import { convertToVoiceNote, oggOpusSeconds, waveformOf } from '../src/media/voice-note.ts';
 import { resolveFfmpegPath } from '../src/media/ffmpeg.ts';
+import { openFfmpegScratch } from './ffmpeg-scratch.ts';
 
 const run = promisify(execFile);
 
@@ -23,11 +23,7 @@ describe('voice notes (convertToVoiceNote)', function () {
   let ffmpeg: string;
 
   before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sb-voice-test-'));
-    ffmpeg = await resolveFfmpegPath();
-    await run('ffprobe', ['-version']).catch(() => {
-      throw new Error('ffprobe is needed by this test: apt-get install -y ffmpeg (make system-deps)');
-    });
+    ({ dir, ffmpeg } = await openFfmpegScratch('sb-voice-test-'));
   });
   after(async () => {
     await rm(dir, { recursive: true, force: true });
