@@ -6,7 +6,9 @@ import { request as httpRequest } from 'node:http';
 import { Objm } from '@nats-io/obj';
 import { connect } from '@nats-io/transport-node';
 import { natsMediaBucketName } from '@switchboard/core';
-import { startCluster, type Cluster } from '../support/cluster.ts';
+import { spawnManaged, startCluster, waitUntil, type Cluster, type ManagedProcess } from '../support/cluster.ts';
+import { builtService } from '../support/built.ts';
+import { freePort } from '../support/server.ts';
 import { ApiClient, eventually } from '../support/http.ts';
 import { createTestDatabase, NATS_URL, testNamespace } from '../support/services.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
@@ -140,6 +142,41 @@ describe('cluster mode: a gateway stopped during a rollout (SHUTDOWN_DELAY_MS)',
     assert.equal(await exited, 0);
     assert.ok(performance.now() - signalled >= 1_900, 'it served for the whole delay');
     await assert.rejects(fetch(`${cluster.url}/health`), 'the port is closed once it has stopped');
+  });
+});
+
+describe('cluster mode: two gateway replicas share one rate limit', function () {
+  this.timeout(120_000);
+  let cluster: Cluster;
+  let second: ManagedProcess;
+  let secondUrl: string;
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+
+  before(async () => {
+    database = await createTestDatabase();
+    cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace: testNamespace(), dispatchers: 0, env: { RATE_LIMIT_PER_MINUTE: '6' } });
+    const port = await freePort();
+    secondUrl = `http://127.0.0.1:${port}`;
+    second = spawnManaged({ name: 'gateway-2', args: [await builtService('gateway')], env: { ...cluster.env, PORT: String(port), PUBLIC_BASE_URL: secondUrl } });
+    await waitUntil('second gateway /health', async () => (await fetch(`${secondUrl}/health`).catch(() => undefined))?.ok);
+  });
+  after(async () => {
+    await second?.stop();
+    await cluster?.stop();
+    await database?.drop();
+  });
+
+  it('lets a client through as many times in a minute as one replica would, whichever replica it reaches', async () => {
+    const replicas = [cluster.url, secondUrl];
+    const answers = [];
+    for (let i = 0; i < 8; i++) {
+      const res = await fetch(`${replicas[i % 2]}/api/instances`, { headers: { Authorization: `Bearer ${cluster.adminKey}` } });
+      answers.push({ status: res.status, remaining: res.headers.get('ratelimit-remaining'), retryAfter: res.headers.get('retry-after') });
+    }
+    assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 200, 200, 200, 429, 429]);
+    assert.deepEqual(answers.map((a) => a.remaining), ['5', '4', '3', '2', '1', '0', '0', '0']);
+    for (const refused of answers.slice(6)) assert.ok(Number(refused.retryAfter) >= 1 && Number(refused.retryAfter) <= 61, `Retry-After ${refused.retryAfter}`);
+    assert.equal((await fetch(`${replicas[1]}/health`)).status, 200, 'probes stay exempt');
   });
 });
 

@@ -52,7 +52,7 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
   // 429; the origin's verdict after it, so a refused or preflight request is counted too.
   const origins = originPolicy(deps.config.publicBaseUrl, deps.config.allowedOrigins);
   app.use(origins.shareWithAllowedPages);
-  app.use(rateLimiter({ limit: deps.config.rateLimitPerMinute, trustProxy: deps.config.trustProxy }));
+  app.use(rateLimiter({ limit: deps.config.rateLimitPerMinute, trustProxy: deps.config.trustProxy, windows: deps.rateWindows }));
   app.use(origins.enforce);
   app.use(dashboardMiddleware());
 

@@ -6,6 +6,7 @@
 import type { Bus, Config, Crypto, Db, Logger, MediaStore, Metrics, OutboxRelay, SessionRuntime, SpecStamp } from '@switchboard/core';
 import type { SendItemWriter } from './sending/send-item-writer.ts';
 import type { InstanceTokenLookup } from './http/instance-token-lookup.ts';
+import type { RateWindows } from './http/rate-limit.ts';
 import type { StopState } from './listen.ts';
 import type { InstanceChanges, InstanceDesiredState } from './kubernetes/instance-resources.ts';
 
@@ -28,6 +29,9 @@ export interface GatewayDeps {
   sendItems: SendItemWriter;
   /** Finds instance tokens, grouped per query. */
   instanceTokens: InstanceTokenLookup;
+  /** Where the rate limit counts: the replicas' shared windows in cluster mode; this process's
+   *  own when absent (embedded). */
+  rateWindows?: RateWindows;
   /** Set once the server begins to stop (listen's `close`): readiness fails from then on. */
   stopState?: StopState;
 }

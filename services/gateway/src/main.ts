@@ -5,6 +5,7 @@ import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from 
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
 import { InstanceTokenLookup } from './http/instance-token-lookup.ts';
+import { SharedRateWindows } from './http/shared-rate-windows.ts';
 import { listen } from './listen.ts';
 import type { InstanceResources } from './deps.ts';
 
@@ -38,13 +39,15 @@ async function start(): Promise<StopService> {
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
   const resources = await kubernetesResources();
   const stopState = { stopping: false };
-  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db), stopState });
+  const rateWindows = new SharedRateWindows({ db, limit: config.rateLimitPerMinute, log });
+  const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, resources, startedAt: new Date(), sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db), rateWindows, stopState });
   const http = await listen(app, config.port, config.host, stopState);
   log.info({ port: http.port, kubernetes: Boolean(resources) }, 'gateway listening');
 
   async function stop() {
     log.info({ drainMs: config.shutdownDelayMs }, 'gateway stopping');
     await http.close({ drainMs: config.shutdownDelayMs });
+    await rateWindows.stop();
     await sweeper.stop();
     await Promise.all([retention.stop(), eventRetention.stop()]);
     await runtime.close();

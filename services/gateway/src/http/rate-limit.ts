@@ -2,12 +2,14 @@
 // 60-second window. Each IP keeps the timestamps of its recent requests in a ring buffer that
 // grows with use, so a flood of one-off addresses costs little memory. IPv6 clients are counted
 // per /64, the block one subscriber gets: rotating addresses inside it does not reset the count.
+// One process keeps its windows in memory; the replicas of a cluster share theirs in the database
+// (shared-rate-windows.ts), or each would let a client through once more.
 import { isIPv4, isIPv6 } from 'node:net';
 import type { Context, Next } from 'koa';
 import { Problem } from '@switchboard/core';
 import { isProbePath } from './probe-paths.ts';
 
-const WINDOW_MS = 60_000;
+export const WINDOW_MS = 60_000;
 
 class SlidingWindow {
   private stamps = new Float64Array(4);
@@ -47,23 +49,46 @@ class SlidingWindow {
   }
 }
 
-export function rateLimiter(opts: { limit: number; trustProxy: boolean; now?: () => number }) {
-  const windows = new Map<string, SlidingWindow>();
+/** A request counted against its key's window: the requests left (-1 when refused) and the
+ *  milliseconds until the oldest counted request leaves the window. */
+export interface RateVerdict {
+  remaining: number;
+  resetMs: number;
+}
+
+/** Where the windows are kept: this process (embedded, one gateway), or the database every
+ *  replica of a cluster shares (shared-rate-windows.ts). */
+export interface RateWindows {
+  take(key: string, now: number): RateVerdict | Promise<RateVerdict>;
+}
+
+/** The windows of this process alone, exact to the millisecond. */
+export class LocalRateWindows implements RateWindows {
+  private readonly windows = new Map<string, SlidingWindow>();
+  private lastSweep: number | undefined;
+
+  constructor(private readonly limit: number) {}
+
+  take(key: string, now: number): RateVerdict {
+    this.lastSweep ??= now;
+    if (now - this.lastSweep > WINDOW_MS) {
+      for (const [k, w] of this.windows) if (w.idleSince(now)) this.windows.delete(k);
+      this.lastSweep = now;
+    }
+    let window = this.windows.get(key);
+    if (!window) this.windows.set(key, (window = new SlidingWindow(this.limit)));
+    return { remaining: window.take(now), resetMs: window.resetIn(now) };
+  }
+}
+
+export function rateLimiter(opts: { limit: number; trustProxy: boolean; windows?: RateWindows; now?: () => number }) {
+  const windows = opts.windows ?? new LocalRateWindows(opts.limit);
   const now = opts.now ?? Date.now;
-  let lastSweep = now();
 
   return async function limitRate(ctx: Context, next: Next): Promise<void> {
     if (isProbePath(ctx.path)) return next();
-    const t = now();
-    if (t - lastSweep > WINDOW_MS) {
-      for (const [ip, w] of windows) if (w.idleSince(t)) windows.delete(ip);
-      lastSweep = t;
-    }
-    const ip = limitKey(clientIp(ctx, opts.trustProxy));
-    let window = windows.get(ip);
-    if (!window) windows.set(ip, (window = new SlidingWindow(opts.limit)));
-    const remaining = window.take(t);
-    const resetSeconds = Math.ceil(window.resetIn(t) / 1000);
+    const { remaining, resetMs } = await windows.take(limitKey(clientIp(ctx, opts.trustProxy)), now());
+    const resetSeconds = Math.ceil(resetMs / 1000);
     ctx.set('RateLimit-Limit', String(opts.limit));
     ctx.set('RateLimit-Remaining', String(Math.max(0, remaining)));
     ctx.set('RateLimit-Reset', String(resetSeconds));

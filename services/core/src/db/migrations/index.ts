@@ -19,6 +19,7 @@ import * as m015 from './015_instance_deletion_requested.ts';
 import * as m016 from './016_instance_unlink_requested.ts';
 import * as m017 from './017_drop_host_destination.ts';
 import * as m018 from './018_sandbox_ledger_cascade.ts';
+import * as m019 from './019_rate_limit_windows.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -44,6 +45,7 @@ const migrations: Record<string, Migration> = {
   '016_instance_unlink_requested': m016,
   '017_drop_host_destination': m017,
   '018_sandbox_ledger_cascade': m018,
+  '019_rate_limit_windows': m019,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
