@@ -6,7 +6,8 @@ import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import { createLogger, openDatabase } from '@switchboard/core';
-import { SharedRateWindows, type SharedRateWindowsOptions } from '../src/http/shared-rate-windows.ts';
+import { SHARED_COUNT_DEADLINE_MS, SharedRateWindows, type SharedRateWindowsOptions } from '../src/http/shared-rate-windows.ts';
+import { eventually } from '../../../test/support/http.ts';
 import { openTestDatabase } from '../../../test/support/services.ts';
 
 describe('SharedRateWindows (PostgreSQL)', () => {
@@ -64,13 +65,61 @@ describe('SharedRateWindows (PostgreSQL)', () => {
     assert.equal((await windows.take('192.0.2.1', Date.now())).remaining, 1, 'the oldest second has left, so both places are free');
   });
 
-  it("sweeps the rows of clients that went quiet, and keeps the others'", async () => {
+  it("sweeps the rows of clients that went quiet, keeps the others', and passes over rows a take holds", async () => {
     const windows = replica({ limit: 3, windowMs: 200 });
     await windows.take('192.0.2.10', Date.now());
+    await windows.take('192.0.2.12', Date.now());
     await sleep(1_400); // past the window and the second that may still count
     await windows.take('192.0.2.11', Date.now());
-    await windows.removeIdle();
-    assert.deepEqual((await db('rate_limit_windows').select('client')).map((r) => r.client), ['192.0.2.11']);
+    // A batch of another replica holds 192.0.2.12's row: waiting for it could deadlock with that batch.
+    const holding = await db.transaction();
+    try {
+      await holding.raw("select 1 from rate_limit_windows where client = '192.0.2.12' for update");
+      await windows.removeIdle();
+    } finally {
+      await holding.rollback();
+    }
+    assert.deepEqual((await db('rate_limit_windows').select('client').orderBy('client')).map((r) => r.client), ['192.0.2.11', '192.0.2.12']);
+  });
+
+  it('answers a refused client from memory until its window frees', async () => {
+    const [a, b] = [replica({ limit: 2 }), replica({ limit: 2 })];
+    await a.take('192.0.2.30', Date.now());
+    await a.take('192.0.2.30', Date.now());
+    assert.equal((await b.take('192.0.2.30', Date.now())).remaining, -1);
+    // With the table locked, a take that asked the database would fall back to b's own count (one so far).
+    const locking = await db.transaction();
+    try {
+      await locking.raw('lock table rate_limit_windows in access exclusive mode');
+      const again = await b.take('192.0.2.30', Date.now());
+      assert.equal(again.remaining, -1);
+      assert.ok(again.resetMs > 0);
+    } finally {
+      await locking.rollback();
+    }
+  });
+
+  it('decides alone when the database is stuck, without queueing behind the stuck statement, and counts those requests once it answers', async () => {
+    const lines: string[] = [];
+    const log = createLogger({ level: 'warn', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }) });
+    const windows = replica({ limit: 5, log });
+    const locking = await db.transaction();
+    let verdicts: number[];
+    try {
+      await locking.raw('lock table rate_limit_windows in access exclusive mode');
+      verdicts = [(await windows.take('192.0.2.40', Date.now())).remaining];
+      await sleep(SHARED_COUNT_DEADLINE_MS + 100);
+      verdicts.push((await windows.take('192.0.2.40', Date.now())).remaining, (await windows.take('192.0.2.40', Date.now())).remaining);
+    } finally {
+      await locking.rollback();
+    }
+    assert.deepEqual(verdicts, [4, 3, 2], "this replica's own count");
+    assert.equal(lines.length, 1, 'one warning');
+    assert.match(lines[0], /did not answer/);
+    // The statement that was stuck (the first take alone: the others did not queue) went through.
+    const counted = await eventually(async () => (await db('rate_limit_windows').where({ client: '192.0.2.40' }).first())?.counts);
+    assert.deepEqual(counted, [1]);
+    assert.equal((await windows.take('192.0.2.40', Date.now())).remaining, 3, 'the shared count again');
   });
 
   it('counts alone, and says so once, when the database does not answer', async () => {

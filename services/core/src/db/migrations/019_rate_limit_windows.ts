@@ -1,10 +1,12 @@
 // The rate limit's windows shared by every gateway replica of a cluster (DESIGN §5: no client IP
 // gets more than the limit in any 60-second window, whichever replica its requests reach). One
 // row per client key: the seconds in which it was let through and how many requests in each, so
-// a row stays small (at most 61 entries) whatever the limit. The row lock of the upsert makes a
+// a row stays small (about 61 entries) whatever the limit. The row lock of the upsert makes a
 // take exact across replicas. Unlogged: the counts are worth nothing after a database crash, and
-// every request writes them. `asked` and `taken` belong to the last statement: how many requests
-// it brought for the client and how many of them it let through (the upsert reads them back).
+// every request writes them. No index beyond the key, so those writes stay heap-only updates; the
+// once-a-minute sweep of quiet clients scans a table of one minute's clients. `asked` and `taken`
+// belong to the last statement: how many requests it brought for the client and how many of them
+// it let through (the upsert reads them back).
 //
 // A second is kept while a request in it could still be inside the window (its last millisecond
 // is), so the count errs on the strict side by under a second; Retry-After says when it frees.
@@ -20,7 +22,6 @@ export async function up(knex: Knex): Promise<void> {
       taken integer not null,
       touched_at timestamptz not null
     )`);
-  await knex.raw('create index rate_limit_windows_touched on rate_limit_windows (touched_at)');
   await knex.raw(`
     create function rate_limit_take(
       seconds bigint[], counts integer[], now_ms bigint, asked integer, max_requests integer, window_ms bigint,
