@@ -50,16 +50,12 @@ export function webhookUrls(config: WebhookConfig | null | undefined): Set<strin
   return urls;
 }
 
-/** The instance's latest events (newest first) with their delivery results. */
-export async function listEventsWithDelivery(db: Knex | Knex.Transaction, instanceId: string, limit = 50): Promise<EventWithDelivery[]> {
-  const rows = await db('events as e')
+/** The instance's events (`e`) joined with their deliveries (`d`), unordered: for lists that
+ *  narrow or page it, then map each row with toEventWithDelivery. */
+export function eventsWithDelivery(db: Knex | Knex.Transaction, instanceId: string): Knex.QueryBuilder {
+  return db('events as e')
     .leftJoin('deliveries as d', 'd.event_id', 'e.id')
     .where('e.instance_id', instanceId)
-    .orderBy([
-      { column: 'e.created_at', order: 'desc' },
-      { column: 'e.id', order: 'desc' },
-    ])
-    .limit(limit)
     .select(
       'e.id',
       'e.instance_id',
@@ -76,10 +72,9 @@ export async function listEventsWithDelivery(db: Knex | Knex.Transaction, instan
       'd.updated_at',
       'd.delivered_at',
     );
-  return rows.map(toEventWithDelivery);
 }
 
-function toEventWithDelivery(row: Record<string, any>): EventWithDelivery {
+export function toEventWithDelivery(row: Record<string, any>): EventWithDelivery {
   const envelope = JSON.parse(row.body) as { createdAt?: string; data?: Record<string, unknown> };
   return {
     id: row.id,

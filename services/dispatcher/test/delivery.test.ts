@@ -2,7 +2,7 @@
 // trusted: NODE_EXTRA_CA_CERTS=test/fixtures/tls/ca.pem). Retry timing runs on a shortened
 // schedule; assertions are about order and counts, never about how fast things were.
 import assert from 'node:assert/strict';
-import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, listEventsWithDelivery, openDatabase, retryEvent, Problem, type EventEnvelope } from '@switchboard/core';
+import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, eventsWithDelivery, openDatabase, retryEvent, Problem, toEventWithDelivery, type EventEnvelope, type EventWithDelivery } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { createEgressClient, type EgressOptions } from '../src/egress.ts';
@@ -456,7 +456,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     start(db);
     await waitForStatus(db, first.id, 'delivered');
     await waitForStatus(db, second.id, 'delivered');
-    const list = await listEventsWithDelivery(db, inst.id);
+    const list = await latestEvents(db, inst.id);
     assert.deepEqual(list.map((e) => e.id), [second.id, first.id]);
     assert.deepEqual(list[0].data, second.data);
     assert.equal(list[0].createdAt, second.createdAt);
@@ -466,7 +466,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal(list[0].delivery.attempts, 1);
     assert.equal(list[0].delivery.lastStatusCode, 200);
     assert.equal(typeof list[0].delivery.deliveredAt, 'string');
-    assert.equal((await listEventsWithDelivery(db, inst.id, 1)).length, 1);
+    assert.equal((await latestEvents(db, inst.id, 1)).length, 1);
   });
 
   it('lists a delivery whose attempt is under way as due (its claim time), not at the end of its lease', async () => {
@@ -477,13 +477,13 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     const event = await recordRoutedEvent(db, inst.id, 'message.sent', { messageId: 'slow' });
     start(db);
     await waitFor('the attempt to start', () => receiver.requests.length === 1);
-    const [under] = await listEventsWithDelivery(db, inst.id, 1);
+    const [under] = await latestEvents(db, inst.id, 1);
     const { now } = (await db.raw('SELECT now() AS now')).rows[0];
     assert.equal(under.delivery.status, 'pending');
     assert.ok(Date.parse(under.delivery.nextAttemptAt!) <= new Date(now).getTime(), `nextAttemptAt ${under.delivery.nextAttemptAt} should not be in the future`);
     answer();
     await waitForStatus(db, event.id, 'delivered');
-    assert.equal((await listEventsWithDelivery(db, inst.id, 1))[0].delivery.nextAttemptAt, null);
+    assert.equal((await latestEvents(db, inst.id, 1))[0].delivery.nextAttemptAt, null);
   });
 
   it('webhook save cancels only open deliveries whose URL was removed', async () => {
@@ -573,3 +573,9 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.ok(verifySignature('whsec_new', second.headers['x-service-timestamp'], second.rawBody, second.headers['x-service-signature'], 300));
   });
 });
+
+/** The instance's latest events with their delivery results, newest first (as GET …/events lists them). */
+async function latestEvents(db: Knex, instanceId: string, limit = 50): Promise<EventWithDelivery[]> {
+  const rows: Record<string, unknown>[] = await eventsWithDelivery(db, instanceId).orderBy('e.created_at', 'desc').orderBy('e.id', 'desc').limit(limit);
+  return rows.map(toEventWithDelivery);
+}

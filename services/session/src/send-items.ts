@@ -4,7 +4,8 @@
 import type { Knex } from 'knex';
 import { inSpan, recordEvent, recordSendFailure, recordSendStatus, sendEventData, type DeliveryStatus, type SendFailure } from '@switchboard/core';
 
-export type ItemStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'played' | 'failed' | 'uncertain' | 'cancelled' | 'expired';
+export const ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'] as const;
+export type ItemStatus = (typeof ITEM_STATUSES)[number];
 
 export interface SendItemRow {
   id: string;

@@ -1,6 +1,6 @@
 // What arrived (incoming), what was emitted (events with delivery results) and the media files.
 import { z } from 'zod';
-import { getMediaRecord, listEventsWithDelivery, MediaIntegrityError, mediaLink, Problem, problems, readMedia, retryEvent, verifyMediaLink } from '@switchboard/core';
+import { DELIVERY_STATUSES, EVENT_TYPES, eventsWithDelivery, getMediaRecord, MediaIntegrityError, mediaLink, Problem, problems, readMedia, retryEvent, toEventWithDelivery, verifyMediaLink } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
@@ -8,6 +8,7 @@ import { EventRecord, IncomingRecord, listOf } from '../schemas.ts';
 import { assertStorableParams } from '../storable-input.ts';
 import { incomingRecord } from '../records.ts';
 import { loadInstance, SECRET_HEADERS } from './common.ts';
+import { onPage, PageQuery } from './list-page.ts';
 
 const MEDIA_READ_TIMEOUT_MS = 20_000;
 
@@ -24,18 +25,17 @@ export const activityRoutes = [
     path: '/api/instances/{id}/incoming',
     auth: 'any',
     tag: 'activity',
-    summary: 'The last 50 received messages, including the instance’s own',
+    summary: 'The last 50 received messages, including the instance’s own (`before`, `limit`: page back)',
+    query: PageQuery,
     responses: { 200: listOf(IncomingRecord) },
-    handler: async ({ deps, params }) => {
+    handler: async ({ deps, params, query }) => {
       await loadInstance(deps, params.id);
       // With whether each message's file is still kept: a link only for a file retention has not removed.
-      const rows = await deps.db('incoming as i')
+      const list = deps.db('incoming as i')
         .leftJoin('media as m', 'm.id', deps.db.raw(`i.media ->> 'mediaId'`))
         .where({ 'i.instance_id': params.id })
-        .orderBy('i.created_at', 'desc')
-        .orderBy('i.id', 'desc')
-        .limit(50)
         .select('i.*', deps.db.raw('m.id is not null as media_kept'));
+      const rows = await onPage(deps.db, list, 'incoming', 'i', params.id, query);
       // Signed media links work without a credential: kept out of caches like other secrets.
       return { body: { data: rows.map((r) => incomingRecord(r, mediaUrlFor(deps, params.id))) }, headers: SECRET_HEADERS };
     },
@@ -45,11 +45,17 @@ export const activityRoutes = [
     path: '/api/instances/{id}/events',
     auth: 'any',
     tag: 'activity',
-    summary: 'The last 50 events with their webhook delivery result',
+    summary: 'The last 50 events with their webhook delivery result (`before`, `limit`: page back; `type`, `deliveryStatus`: only those)',
+    query: PageQuery.extend({ type: z.enum(EVENT_TYPES).optional(), deliveryStatus: z.enum(DELIVERY_STATUSES).optional() }),
     responses: { 200: listOf(EventRecord) },
-    handler: async ({ deps, params }) => {
+    handler: async ({ deps, params, query }) => {
       await loadInstance(deps, params.id);
-      return { body: { data: await listEventsWithDelivery(deps.db, params.id, 50) }, headers: SECRET_HEADERS }; // bodies hold signed media links
+      const list = eventsWithDelivery(deps.db, params.id);
+      if (query.type) list.where('e.type', query.type);
+      // An event the dispatcher has not routed yet has no delivery row: it is pending.
+      if (query.deliveryStatus) list.whereRaw(`coalesce(d.status, 'pending') = ?`, [query.deliveryStatus]);
+      const rows = await onPage(deps.db, list, 'events', 'e', params.id, query);
+      return { body: { data: rows.map(toEventWithDelivery) }, headers: SECRET_HEADERS }; // bodies hold signed media links
     },
   }),
   route({

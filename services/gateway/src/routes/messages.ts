@@ -1,11 +1,13 @@
-// The send queue: accept (202), list the last 50, read one, cancel while queued.
+// The send queue: accept (202), list the last 50 (and page back), read one, cancel while queued.
 import { Problem, problems, recordSendFailure, type Db } from '@switchboard/core';
 import { route } from '../http/route.ts';
 import { Accepted, IdempotencyKey, SendBody, SendItemRecord, listOf } from '../schemas.ts';
 import { sendItemRecord } from '../records.ts';
 import { acceptSend } from '../sending/accept.ts';
-import { isExpired, markExpired, type SendItemRow } from '@switchboard/session';
+import { isExpired, ITEM_STATUSES, markExpired, type SendItemRow } from '@switchboard/session';
+import { z } from 'zod';
 import { loadInstance } from './common.ts';
+import { onPage, PageQuery } from './list-page.ts';
 
 /** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread.
  *  Base64 escaped as some JSON encoders write it (PHP's json_encode writes "/" as "\/", one
@@ -47,11 +49,14 @@ export const messageRoutes = [
     path: '/api/instances/{id}/messages',
     auth: 'any',
     tag: 'messages',
-    summary: 'The last 50 sends, newest first',
+    summary: 'The last 50 sends, newest first (`before`, `limit`: page back; `status`: only sends in it)',
+    query: PageQuery.extend({ status: z.enum(ITEM_STATUSES).optional() }),
     responses: { 200: listOf(SendItemRecord) },
-    handler: async ({ deps, params }) => {
+    handler: async ({ deps, params, query }) => {
       await loadInstance(deps, params.id);
-      const rows = await deps.db('send_items').where({ instance_id: params.id }).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(50);
+      const list = deps.db('send_items as s').where({ 's.instance_id': params.id }).select('s.*');
+      if (query.status) list.where({ 's.status': query.status });
+      const rows = await onPage(deps.db, list, 'send_items', 's', params.id, query);
       return { body: { data: rows.map(sendItemRecord) } };
     },
   }),
