@@ -1,21 +1,34 @@
 // Activity tab: a quick send form, then recent sends with their status, incoming messages and
-// events with their webhook delivery result (exhausted ones can be retried). Refreshed every few
-// seconds; a table is redrawn only when its data changed, so keyboard focus is not lost.
+// events with their webhook delivery result (exhausted ones can be retried; the events can be
+// narrowed to the deliveries still failing or exhausted, which reaches those older than the last
+// 50 events). Refreshed every few seconds; a table is redrawn only when its data changed, so
+// keyboard focus is not lost.
 import { path } from '../api.js';
-import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren, submitting, table, withButton } from '../dom.js';
+import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren, selectField, submitting, table, withButton } from '../dom.js';
 import { startPolling } from '../poller.js';
 
 const REFRESH_MS = 2500;
 /** Shown media links are replaced by fresh ones this long before they expire. */
 const LINK_RENEWAL_MS = 60_000;
+/** What the events list can be narrowed to (the API's `deliveryStatus`), and what is said when none is. */
+const EVENT_FILTERS = [
+  { value: '', label: 'All events', none: 'No events yet.' },
+  { value: 'retrying', label: 'Deliveries being retried', none: 'No delivery is being retried.' },
+  { value: 'exhausted', label: 'Deliveries that gave up', none: 'No delivery has given up.' },
+];
 
 export function render(container, { api, instance }) {
   const id = instance.id;
   const sections = {
     sends: section('sends-title', 'Recent sends', 'The last 50 messages sent through the API, newest first.'),
     incoming: section('incoming-title', 'Incoming messages', 'The last 50 messages received, including the ones sent from the instance’s own phone.'),
-    events: section('events-title', 'Events', 'The last 50 events and the result of their webhook delivery.'),
+    events: section('events-title', 'Events', 'The last 50 events (or those of the kind shown) and the result of their webhook delivery.'),
   };
+  const eventFilter = selectField({ label: 'Show', name: 'deliveryStatus', options: EVENT_FILTERS });
+  eventFilter.classList.add('list-filter');
+  const eventFilterSelect = eventFilter.querySelector('select');
+  eventFilterSelect.addEventListener('change', () => load().catch((error) => notify(error.detail, { error: true })));
+  sections.events.body.before(eventFilter);
   const lastShown = {};
 
   const sendForm = form(
@@ -30,14 +43,16 @@ export function render(container, { api, instance }) {
   );
 
   async function load() {
+    const filter = eventFilterSelect.value;
     const [sends, incoming, events] = await Promise.all([
       api.get(path`/api/instances/${id}/messages`),
       api.get(path`/api/instances/${id}/incoming`),
-      api.get(path`/api/instances/${id}/events`),
+      api.get(path`/api/instances/${id}/events` + (filter ? `?deliveryStatus=${encodeURIComponent(filter)}` : '')),
     ]);
     show('sends', sends.data, sendsTable);
     show('incoming', incoming.data, incomingTable, { resignedLinks: true });
-    show('events', events.data, eventsTable);
+    // A poll that began before the filter changed must not draw the other kind over it.
+    if (filter === eventFilterSelect.value) show('events', events.data, eventsTable);
   }
 
   /** `resignedLinks`: the rows' media links are signed afresh on every read (incoming records;
@@ -95,7 +110,10 @@ export function render(container, { api, instance }) {
   }
 
   function eventsTable(rows) {
-    if (!rows.length) return emptyState('No events yet.', 'Connection changes, messages and test events are listed here.');
+    if (!rows.length) {
+      const filter = EVENT_FILTERS.find((f) => f.value === eventFilterSelect.value);
+      return emptyState(filter.none, filter.value ? 'Choose “All events” to see every event.' : 'Connection changes, messages and test events are listed here.');
+    }
     return table({
       caption: 'Events',
       columns: [
