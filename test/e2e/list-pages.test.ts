@@ -1,5 +1,5 @@
 // Paging back through the lists of sends, incoming messages and events (`before`, `limit`) and
-// narrowing them (`status`, `type`, `deliveryStatus`): every item is reached once, in the lists'
+// narrowing them (`status`, `deliveryStatus`): every item is reached once, in the lists'
 // newest-first order, and a query the lists cannot answer is a 400 naming its field.
 import assert from 'node:assert/strict';
 import { startTestServer, type TestServer } from '../support/server.ts';
@@ -36,12 +36,17 @@ describe('list pages (before, limit) and filters', function () {
   it('takes a smaller limit, and refuses one out of 1–50 or a cursor of no item of the list', async () => {
     const seven = await t.admin.get(`/api/instances/${inst.id}/incoming?limit=7`);
     assert.deepEqual(seven.body.data.map((m: any) => m.messageId), inboundIds.slice(-7).reverse());
-    for (const bad of ['limit=0', 'limit=51', 'limit=abc', 'limit=2.5']) {
+    for (const bad of ['limit=0', 'limit=51', 'limit=abc', 'limit=2.5', 'limit=0x10', 'limit=1e1', 'limit=%205', 'limit=', 'limit=1&limit=2']) {
       const r = await t.admin.get(`/api/instances/${inst.id}/incoming?${bad}`);
       assert.equal(r.status, 400, bad);
       assert.equal(r.body.code, 'validation_failed');
-      assert.deepEqual(r.body.errors.map((e: any) => e.path), ['limit'], bad);
+      assert.deepEqual(r.body.errors, [{ path: 'limit', message: 'must be a whole number from 1 to 50' }], bad);
     }
+    const ignored = await t.admin.get(`/api/instances/${inst.id}/incoming?limit=3&foo=%00&type=anything`);
+    assert.equal(ignored.status, 200, 'parameters the list does not read are ignored');
+    assert.equal(ignored.body.data.length, 3);
+    const nul = await t.admin.get(`/api/instances/${inst.id}/incoming?before=a%00b`);
+    assert.deepEqual([nul.status, nul.body.errors?.[0]?.path], [400, 'before']);
     const events = (await t.admin.get(`/api/instances/${inst.id}/events?limit=1`)).body.data;
     for (const cursor of ['nope', events[0].id]) {
       const r = await t.admin.get(`/api/instances/${inst.id}/incoming?before=${cursor}`);
@@ -73,10 +78,7 @@ describe('list pages (before, limit) and filters', function () {
     assert.deepEqual(bad.body.errors.map((e: any) => e.path), ['status']);
   });
 
-  it('narrows events by type and by delivery status', async () => {
-    const received = await allPages(t.admin, `/api/instances/${inst.id}/events`, 'type=message.received');
-    assert.equal(received.flat().length, 120 + 45, 'the inbound messages and the echoes of the sends that went out');
-    assert.ok(received.flat().every((e) => e.type === 'message.received'));
+  it('narrows events by delivery status', async () => {
     // No webhook is configured: every routed event has no destination (receipts still arrive, so
     // the list read first is a part of the narrowed one read next).
     const all = (await allPages(t.admin, `/api/instances/${inst.id}/events`)).flat();
@@ -87,9 +89,11 @@ describe('list pages (before, limit) and filters', function () {
     assert.ok(expected.length > 200);
     assert.deepEqual(expected.filter((e) => !routedIds.has(e.id)), []);
     assert.equal((await t.admin.get(`/api/instances/${inst.id}/events?deliveryStatus=exhausted`)).body.data.length, 0);
-    const bad = await t.admin.get(`/api/instances/${inst.id}/events?deliveryStatus=lost&type=message.lost`);
+    const pending = await t.admin.get(`/api/instances/${inst.id}/events?deliveryStatus=pending`);
+    assert.ok(pending.body.data.every((e: any) => e.delivery.status === 'pending'));
+    const bad = await t.admin.get(`/api/instances/${inst.id}/events?deliveryStatus=lost`);
     assert.equal(bad.status, 400);
-    assert.deepEqual(bad.body.errors.map((e: any) => e.path).sort(), ['deliveryStatus', 'type']);
+    assert.deepEqual(bad.body.errors.map((e: any) => e.path), ['deliveryStatus']);
   });
 });
 

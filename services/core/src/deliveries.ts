@@ -51,7 +51,7 @@ export function webhookUrls(config: WebhookConfig | null | undefined): Set<strin
 }
 
 /** The instance's events (`e`) joined with their deliveries (`d`), unordered: for lists that
- *  narrow or page it, then map each row with toEventWithDelivery. */
+ *  narrow or page it and for one event; map each row with toEventWithDelivery. */
 export function eventsWithDelivery(db: Knex | Knex.Transaction, instanceId: string): Knex.QueryBuilder {
   return db('events as e')
     .leftJoin('deliveries as d', 'd.event_id', 'e.id')
@@ -156,8 +156,8 @@ async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: st
       next_attempt_at: db.fn.now(),
       updated_at: db.fn.now(),
     });
-  const [record] = await listOne(db, eventId);
-  return record;
+  const [record] = await eventsWithDelivery(db, instanceId).where('e.id', eventId);
+  return toEventWithDelivery(record);
 }
 
 const NOT_ROUTED: Record<'filtered' | 'no_destination', string> = {
@@ -167,14 +167,6 @@ const NOT_ROUTED: Record<'filtered' | 'no_destination', string> = {
 
 function notRetryable(detail: string): Problem {
   return problems.conflict('not_retryable', detail);
-}
-
-async function listOne(db: Knex | Knex.Transaction, eventId: string): Promise<EventWithDelivery[]> {
-  const rows = await db('events as e')
-    .leftJoin('deliveries as d', 'd.event_id', 'e.id')
-    .where('e.id', eventId)
-    .select('e.id', 'e.instance_id', 'e.type', 'e.body', 'e.created_at', 'd.status', 'd.url', 'd.attempts', 'd.last_status_code', 'd.last_error', 'd.next_attempt_at', 'd.delivered_at');
-  return rows.map(toEventWithDelivery);
 }
 
 /**

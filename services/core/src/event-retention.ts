@@ -1,8 +1,8 @@
 // Event retention: events (and their delivery rows, by cascade) older than EVENT_RETENTION_MS whose
 // delivery is over — delivered, filtered, without a destination, cancelled or exhausted — are
-// deleted. Listings show the last 50, and a delivery that is still pending or retrying is never
-// touched; without this the table grew by every event for good, and the dispatcher's start-up
-// sweep, which reads every event, with it.
+// deleted. A delivery that is still pending or retrying is never touched; without this the table
+// grew by every event for good, and the dispatcher's start-up sweep, which reads every event, with
+// it.
 import type { Knex } from 'knex';
 import type { Db } from './db/connect.ts';
 import { DELIVERY_STATUSES, OPEN_DELIVERY_STATUSES } from './deliveries.ts';

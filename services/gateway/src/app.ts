@@ -83,10 +83,11 @@ async function handle(ctx: Context, r: Route, deps: GatewayDeps): Promise<void> 
   }
   if (r.bodyRequired && rawBody === undefined) throw problems.badRequest('body_required', 'This operation needs a JSON body.');
   assertStorableInput(rawBody, 'body');
-  if (r.query && !r.queryNotStored) assertStorableInput(ctx.query, 'query');
   // Only a missing body means "no fields"; a JSON null is a body, and not an object.
   const body = r.body ? parseOrThrow(r.body, rawBody === undefined ? {} : rawBody, 'body') : undefined;
   const query = r.query ? parseOrThrow(r.query, ctx.query, 'query') : undefined;
+  // The parameters the route reads: others are ignored, whatever they hold.
+  if (query && !r.queryNotStored) assertStorableInput(query, 'query');
   const result = await r.handler({ ctx, deps, principal, params, body, query });
   for (const [k, v] of Object.entries(result.headers ?? {})) ctx.set(k, v);
   ctx.status = result.status ?? 200;

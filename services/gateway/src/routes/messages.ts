@@ -7,7 +7,7 @@ import { acceptSend } from '../sending/accept.ts';
 import { isExpired, ITEM_STATUSES, markExpired, type SendItemRow } from '@switchboard/session';
 import { z } from 'zod';
 import { loadInstance } from './common.ts';
-import { onPage, PageQuery } from './list-page.ts';
+import { PageQuery, readPage } from './list-page.ts';
 
 /** Room for 32 MiB of media in base64 plus the other fields; larger bodies are refused unread.
  *  Base64 escaped as some JSON encoders write it (PHP's json_encode writes "/" as "\/", one
@@ -50,13 +50,13 @@ export const messageRoutes = [
     auth: 'any',
     tag: 'messages',
     summary: 'The last 50 sends, newest first (`before`, `limit`: page back; `status`: only sends in it)',
-    query: PageQuery.extend({ status: z.enum(ITEM_STATUSES).optional() }),
+    query: PageQuery.extend({ status: z.enum(ITEM_STATUSES).optional().meta({ description: 'Only the sends in this status.' }) }),
     responses: { 200: listOf(SendItemRecord) },
     handler: async ({ deps, params, query }) => {
       await loadInstance(deps, params.id);
       const list = deps.db('send_items as s').where({ 's.instance_id': params.id }).select('s.*');
       if (query.status) list.where({ 's.status': query.status });
-      const rows = await onPage(deps.db, list, 'send_items', 's', params.id, query);
+      const rows = await readPage(deps.db, list, { table: 'send_items', alias: 's' }, params.id, query);
       return { body: { data: rows.map(sendItemRecord) } };
     },
   }),
