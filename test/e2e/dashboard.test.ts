@@ -225,6 +225,18 @@ describe('dashboard end to end (headless Chromium)', function () {
     // Its Retry button is gone with the redraw: the focus goes to the Events heading, not the page.
     assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Events');
 
+    // After an outage, every delivery that gave up is retried at once from the narrowed list.
+    receiver.respondWith(() => ({ status: 500 }));
+    const second = await server.admin.post(`/api/instances/${instanceId}/webhook/test`);
+    await eventually(async () => (await server.admin.get(`/api/instances/${instanceId}/events?deliveryStatus=exhausted`)).body.data.some((e: any) => e.id === second.body.id), 20_000, 'the second test event exhausted');
+    receiver.respondWith(() => ({ status: 200 }));
+    await show.selectOption('exhausted');
+    await page.getByRole('button', { name: 'Retry every delivery that gave up' }).click();
+    await page.getByText('1 delivery restarted.').waitFor();
+    await page.getByText('No delivery has given up.').waitFor();
+    await show.selectOption('');
+    await page.locator(`tr[data-event-id="${second.body.id}"] [data-status="delivered"]`).waitFor();
+
     // Statistics: the sent message is counted.
     await navLink(page, 'Statistics').click();
     await page.locator('svg.chart rect.type-text').first().waitFor();

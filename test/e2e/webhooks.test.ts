@@ -107,6 +107,24 @@ describe('webhooks end to end', function () {
     assert.equal(all[8].rawBody.toString('hex'), all[0].rawBody.toString('hex'), 'same body on the manual retry');
   });
 
+  it('retries every exhausted delivery of an instance with one request, after a receiver outage', async () => {
+    const inst = (await t.admin.post('/api/instances', { name: 'Outage' })).body;
+    await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: receiver.url('/outage') });
+    receiver.respondWith((r) => (r.path === '/outage' ? { status: 503 } : { status: 200 }));
+    const tests = [];
+    for (let i = 0; i < 3; i++) tests.push((await t.admin.post(`/api/instances/${inst.id}/webhook/test`)).body.id);
+    await eventually(async () => (await t.admin.get(`/api/instances/${inst.id}/events?deliveryStatus=exhausted`)).body.data.length === 3, 20_000, 'all three exhausted');
+
+    assert.equal((await t.client(inst.apiToken).post(`/api/instances/${inst.id}/events/retry`)).status, 403, 'the admin key only');
+    assert.equal((await t.admin.post('/api/instances/inst-missing/events/retry')).status, 404);
+    receiver.respondWith(() => ({ status: 200 }));
+    const retry = await t.admin.post(`/api/instances/${inst.id}/events/retry`);
+    assert.equal(retry.status, 202, JSON.stringify(retry.body));
+    assert.deepEqual(retry.body, { retried: 3, notRetryable: 0 });
+    for (const id of tests) await waitForEvent(t.admin, inst.id, (e) => e.id === id && e.delivery.status === 'delivered', `${id} delivered`);
+    assert.deepEqual((await t.admin.post(`/api/instances/${inst.id}/events/retry`)).body, { retried: 0, notRetryable: 0 }, 'nothing left');
+  });
+
   it('routes a manual retry with the configuration of now: a removed URL gets nothing, no URL is 409', async () => {
     const inst = (await t.admin.post('/api/instances', { name: 'Moved receiver' })).body;
     await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: receiver.url('/gone') });

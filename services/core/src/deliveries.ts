@@ -106,6 +106,9 @@ function iso(value: Date | string | null | undefined): string | null {
   return (value instanceof Date ? value : new Date(value)).toISOString();
 }
 
+/** A delivery's columns at the start of a fresh series of attempts (a manual retry). */
+const FRESH_SERIES = { status: 'pending', attempts: 0, last_status_code: null, last_error: null, delivered_at: null } as const;
+
 /**
  * POST …/events/{eventId}/retry: a fresh series of attempts for an exhausted delivery, with the
  * same event id and body (the body lives in `events` and is never rewritten). The event is routed
@@ -146,18 +149,61 @@ async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: st
   // Locked above: nothing else moves or deletes it before the commit.
   await db('deliveries')
     .where({ event_id: eventId, instance_id: instanceId })
-    .update({
-      status: 'pending',
-      url: route.url,
-      attempts: 0,
-      last_status_code: null,
-      last_error: null,
-      delivered_at: null,
-      next_attempt_at: db.fn.now(),
-      updated_at: db.fn.now(),
-    });
+    .update({ ...FRESH_SERIES, url: route.url, next_attempt_at: db.fn.now(), updated_at: db.fn.now() });
   const [record] = await eventsWithDelivery(db, instanceId).where('e.id', eventId);
   return toEventWithDelivery(record);
+}
+
+/** How many exhausted deliveries one transaction of retryExhaustedDeliveries takes on. */
+const BULK_RETRY_CHUNK = 500;
+
+/**
+ * POST …/events/retry: a fresh series for every exhausted delivery of the instance (after an
+ * outage of the receiver longer than the retry schedule), each routed with the configuration of
+ * now as retryEvent does. Those the configuration now filters or has no URL for stay exhausted and
+ * are counted as not retryable. Chunks of deliveries, each in its own transaction under the lock
+ * a webhook save takes, so a large backlog does not hold that lock for long.
+ */
+export async function retryExhaustedDeliveries(db: Knex, instanceId: string, chunkSize = BULK_RETRY_CHUNK): Promise<{ retried: number; notRetryable: number }> {
+  const totals = { retried: 0, notRetryable: 0 };
+  let after = '';
+  for (;;) {
+    const chunk = await db.transaction((trx) => retryExhaustedChunk(trx, instanceId, after, chunkSize));
+    totals.retried += chunk.retried;
+    totals.notRetryable += chunk.notRetryable;
+    if (chunk.last === undefined) return totals;
+    after = chunk.last;
+  }
+}
+
+async function retryExhaustedChunk(trx: Knex.Transaction, instanceId: string, after: string, chunkSize: number) {
+  const instance = await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('webhook', 'settings');
+  if (!instance) throw problems.notFound('The instance');
+  // Locked (event retention skips a locked row), in event order so chunks follow each other.
+  const rows = await trx('deliveries as d')
+    .join('events as e', 'e.id', 'd.event_id')
+    .where({ 'd.instance_id': instanceId, 'd.status': 'exhausted' })
+    .andWhere('d.event_id', '>', after)
+    .orderBy('d.event_id')
+    .limit(chunkSize)
+    .forUpdate('d')
+    .select('d.event_id', 'e.type', 'e.body');
+  const byUrl = new Map<string, string[]>();
+  for (const row of rows) {
+    const envelope = { type: row.type as EventEnvelope['type'], data: (jsonObject(row.body).data ?? {}) as Record<string, unknown> };
+    const route = routeEvent(envelope, jsonObject(instance.webhook) as WebhookConfig, jsonObject(instance.settings) as WebhookSettings);
+    if (route.status === 'pending') byUrl.set(route.url, [...(byUrl.get(route.url) ?? []), row.event_id]);
+  }
+  let retried = 0;
+  for (const [url, eventIds] of byUrl) {
+    retried += eventIds.length;
+    await trx('deliveries')
+      .where({ instance_id: instanceId })
+      .whereIn('event_id', eventIds)
+      .update({ ...FRESH_SERIES, url, next_attempt_at: trx.fn.now(), updated_at: trx.fn.now() });
+  }
+  const last = rows.length === chunkSize ? (rows.at(-1).event_id as string) : undefined;
+  return { retried, notRetryable: rows.length - retried, last };
 }
 
 const NOT_ROUTED: Record<'filtered' | 'no_destination', string> = {

@@ -2,7 +2,7 @@
 // trusted: NODE_EXTRA_CA_CERTS=test/fixtures/tls/ca.pem). Retry timing runs on a shortened
 // schedule; assertions are about order and counts, never about how fast things were.
 import assert from 'node:assert/strict';
-import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, eventsWithDelivery, openDatabase, retryEvent, Problem, toEventWithDelivery, type EventEnvelope, type EventWithDelivery } from '@switchboard/core';
+import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, eventsWithDelivery, openDatabase, retryEvent, retryExhaustedDeliveries, Problem, toEventWithDelivery, type EventEnvelope, type EventWithDelivery } from '@switchboard/core';
 import type { Knex } from 'knex';
 import { startHttpsReceiver, type HttpsReceiver } from '../../../test/support/https-receiver.ts';
 import { createEgressClient, type EgressOptions } from '../src/egress.ts';
@@ -176,6 +176,31 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     await expectProblem(retryEvent(db, a.id, event.id), 409, 'not_retryable');
     await expectProblem(retryEvent(db, b.id, event.id), 404, 'not_found');
     await expectProblem(retryEvent(db, a.id, 'evt_missing'), 404, 'not_found');
+  });
+
+  it('bulk retry: every exhausted delivery of the instance, chunk after chunk, routed with the configuration of now', async () => {
+    const a = await createInstance(db, { webhook: { url: receiver.url('/old'), received: receiver.url('/received') } });
+    const b = await createInstance(db, { webhook: { url: receiver.url('/b') } });
+    const sent = [];
+    for (let i = 0; i < 5; i++) sent.push(await recordRoutedEvent(db, a.id));
+    const received = [await recordRoutedEvent(db, a.id, 'message.received'), await recordRoutedEvent(db, a.id, 'message.received')];
+    const delivered = await recordRoutedEvent(db, a.id);
+    const elsewhere = await recordRoutedEvent(db, b.id);
+    await db('deliveries').whereIn('event_id', [...sent, ...received, elsewhere].map((e) => e.id)).update({ status: 'exhausted', attempts: 8, next_attempt_at: null });
+    await db('deliveries').where({ event_id: delivered.id }).update({ status: 'delivered', attempts: 1, next_attempt_at: null });
+    // Since then: a new general URL, and received messages filtered out.
+    await db('instances').where({ id: a.id }).update({ webhook: JSON.stringify({ url: receiver.url('/new') }), settings: JSON.stringify({ ignoreReceived: true }) });
+
+    assert.deepEqual(await retryExhaustedDeliveries(db, a.id, 2), { retried: 5, notRetryable: 2 });
+    for (const e of sent) assert.deepEqual(pick(await deliveryOf(db, e.id), 'status', 'attempts', 'url'), { status: 'pending', attempts: 0, url: receiver.url('/new') });
+    for (const e of received) assert.equal((await deliveryOf(db, e.id)).status, 'exhausted', 'filtered now: left as it was');
+    assert.equal((await deliveryOf(db, delivered.id)).status, 'delivered');
+    assert.equal((await deliveryOf(db, elsewhere.id)).status, 'exhausted', "another instance's");
+
+    start(db);
+    for (const e of sent) await waitForStatus(db, e.id, 'delivered');
+    assert.deepEqual(receiver.requests.map((r) => r.path), Array(5).fill('/new'));
+    assert.deepEqual(await retryExhaustedDeliveries(db, a.id, 2), { retried: 0, notRetryable: 2 });
   });
 
   it('manual retry waits for a webhook save under way and routes with what it saved', async () => {
@@ -578,4 +603,8 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
 async function latestEvents(db: Knex, instanceId: string, limit = 50): Promise<EventWithDelivery[]> {
   const rows: Record<string, unknown>[] = await eventsWithDelivery(db, instanceId).orderBy('e.created_at', 'desc').orderBy('e.id', 'desc').limit(limit);
   return rows.map(toEventWithDelivery);
+}
+
+function pick(row: Record<string, unknown>, ...keys: string[]): Record<string, unknown> {
+  return Object.fromEntries(keys.map((k) => [k, row[k]]));
 }

@@ -1,7 +1,7 @@
 // What arrived (incoming), what was emitted (events with delivery results) and the media files.
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { DELIVERY_STATUSES, eventsWithDelivery, getMediaRecord, MediaIntegrityError, mediaLink, Problem, problems, readMedia, retryEvent, toEventWithDelivery, verifyMediaLink } from '@switchboard/core';
+import { DELIVERY_STATUSES, eventsWithDelivery, getMediaRecord, MediaIntegrityError, mediaLink, Problem, problems, readMedia, retryEvent, retryExhaustedDeliveries, toEventWithDelivery, verifyMediaLink } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { authorize, bearerToken, resolvePrincipal } from '../http/auth.ts';
@@ -55,6 +55,18 @@ export const activityRoutes = [
       if (query.deliveryStatus) narrowToDeliveryStatus(list, params.id, query.deliveryStatus);
       const rows = await readPage(deps.db, list, { table: 'events', alias: 'e' }, params.id, query);
       return { body: { data: rows.map(toEventWithDelivery) }, headers: SECRET_HEADERS }; // bodies hold signed media links
+    },
+  }),
+  route({
+    method: 'post',
+    path: '/api/instances/{id}/events/retry',
+    auth: 'admin',
+    tag: 'activity',
+    summary: 'Start a fresh delivery series for every exhausted event of the instance (after a receiver outage), each routed with the webhook configuration of now',
+    responses: { 202: z.object({ retried: z.number(), notRetryable: z.number() }), 404: 'absent' },
+    handler: async ({ deps, params }) => {
+      await loadInstance(deps, params.id);
+      return { status: 202, body: await retryExhaustedDeliveries(deps.db, params.id) };
     },
   }),
   route({

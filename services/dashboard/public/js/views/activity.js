@@ -1,7 +1,7 @@
 // Activity tab: a quick send form, then recent sends with their status, incoming messages and
-// events with their webhook delivery result (exhausted ones can be retried; the events can be
-// narrowed to the deliveries still failing or exhausted, which reaches those older than the last
-// 50 events). Refreshed every few seconds; a table is redrawn only when its data changed, so
+// events with their webhook delivery result (exhausted ones can be retried, one by one or all at
+// once; the events can be narrowed to the deliveries still failing or exhausted, which reaches
+// those older than the last 50 events). Refreshed every few seconds; a table is redrawn only when its data changed, so
 // keyboard focus is not lost.
 import { path } from '../api.js';
 import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren, selectField, submitting, table, withButton } from '../dom.js';
@@ -114,7 +114,7 @@ export function render(container, { api, instance }) {
       const filter = EVENT_FILTERS.find((f) => f.value === eventFilterSelect.value);
       return emptyState(filter.none, filter.value ? 'Choose “All events” to see every event.' : 'Connection changes, messages and test events are listed here.');
     }
-    return table({
+    const list = table({
       caption: 'Events',
       columns: [
         { label: 'Created', cell: (e) => formatDate(e.createdAt) },
@@ -126,6 +126,22 @@ export function render(container, { api, instance }) {
       ],
       rows: rows.map((e) => ({ data: e, attrs: { 'data-event-id': e.id } })),
     });
+    return eventFilterSelect.value === 'exhausted' ? [retryAllButton(), list] : list;
+  }
+
+  function retryAllButton() {
+    const button = h('button', { type: 'button', class: 'secondary', 'data-focus-key': 'retry-all', onclick: () => retryAll(button) }, 'Retry every delivery that gave up');
+    return h('p', {}, button);
+  }
+
+  async function retryAll(button) {
+    await withButton(button, async () => {
+      const { retried, notRetryable } = await api.post(path`/api/instances/${id}/events/retry`);
+      const left = notRetryable ? ` ${count(notRetryable, 'delivery has', 'deliveries have')} no URL now or ${notRetryable === 1 ? 'is' : 'are'} filtered out.` : '';
+      notify(`${count(retried, 'delivery', 'deliveries')} restarted.${left}`);
+      await load();
+    });
+    if (!button.isConnected) sections.events.heading.focus();
   }
 
   function retryButton(event) {
@@ -185,4 +201,8 @@ function mediaCell(media) {
   if (!media) return null;
   if (!media.url) return h('span', { class: 'muted' }, ` [${media.mimetype ?? 'media'} unavailable${media.error ? `: ${media.error}` : ''}]`);
   return h('span', {}, ' ', h('a', { href: media.url, target: '_blank', rel: 'noopener noreferrer' }, `Download ${media.fileName ?? media.mimetype ?? 'file'}`));
+}
+
+function count(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
 }
