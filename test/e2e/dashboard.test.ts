@@ -232,8 +232,11 @@ describe('dashboard end to end (headless Chromium)', function () {
     receiver.respondWith(() => ({ status: 200 }));
     await show.selectOption('exhausted');
     await page.getByRole('button', { name: 'Retry every delivery that gave up' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Retry all' }).click();
     await page.getByText('1 delivery restarted.').waitFor();
     await page.getByText('No delivery has given up.').waitFor();
+    await show.selectOption('retrying'); // the same (empty) rows under another filter read differently
+    await page.getByText('No delivery is being retried.').waitFor();
     await show.selectOption('');
     await page.locator(`tr[data-event-id="${second.body.id}"] [data-status="delivered"]`).waitFor();
 

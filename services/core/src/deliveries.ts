@@ -122,10 +122,10 @@ const FRESH_SERIES = { status: 'pending', attempts: 0, last_status_code: null, l
  * `not_retryable`). 404 when the event is not one of this instance's.
  */
 export function retryEvent(db: Knex | Knex.Transaction, instanceId: string, eventId: string): Promise<EventWithDelivery> {
-  // Under the lock a webhook save takes: a save that removes the URL either ran first (and the
-  // retry routes with the new configuration) or waits, then cancels the retried delivery.
+  // A save that removes the URL either ran first (and the retry routes with the new
+  // configuration) or waits for the retry, then cancels the retried delivery.
   return db.transaction(async (trx) => {
-    await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('id');
+    await lockInstanceForRetry(trx, instanceId).first('id');
     return retryLocked(trx, instanceId, eventId);
   });
 }
@@ -143,8 +143,7 @@ async function retryLocked(db: Knex.Transaction, instanceId: string, eventId: st
   if (event.status !== 'exhausted') {
     throw notRetryable(`Only a delivery whose attempts are exhausted can be retried; this one is ${event.status ?? 'not yet routed'}.`);
   }
-  const envelope = { type: event.type as EventEnvelope['type'], data: (jsonObject(event.body).data ?? {}) as Record<string, unknown> };
-  const route = routeEvent(envelope, jsonObject(event.webhook) as WebhookConfig, jsonObject(event.settings) as WebhookSettings);
+  const route = routeNow(event, event);
   if (route.status !== 'pending') throw notRetryable(NOT_ROUTED[route.status]);
   // Locked above: nothing else moves or deletes it before the commit.
   await db('deliveries')
@@ -161,8 +160,9 @@ const BULK_RETRY_CHUNK = 500;
  * POST …/events/retry: a fresh series for every exhausted delivery of the instance (after an
  * outage of the receiver longer than the retry schedule), each routed with the configuration of
  * now as retryEvent does. Those the configuration now filters or has no URL for stay exhausted and
- * are counted as not retryable. Chunks of deliveries, each in its own transaction under the lock
- * a webhook save takes, so a large backlog does not hold that lock for long.
+ * are counted as not retryable. Chunks of deliveries, each in its own transaction, so a webhook
+ * save waits for one chunk at most; between chunks other work gets its turn (PGlite runs each
+ * statement on the event loop).
  */
 export async function retryExhaustedDeliveries(db: Knex, instanceId: string, chunkSize = BULK_RETRY_CHUNK): Promise<{ retried: number; notRetryable: number }> {
   const totals = { retried: 0, notRetryable: 0 };
@@ -173,26 +173,39 @@ export async function retryExhaustedDeliveries(db: Knex, instanceId: string, chu
     totals.notRetryable += chunk.notRetryable;
     if (chunk.last === undefined) return totals;
     after = chunk.last;
+    await new Promise((resolve) => setImmediate(resolve));
   }
 }
 
-async function retryExhaustedChunk(trx: Knex.Transaction, instanceId: string, after: string, chunkSize: number) {
-  const instance = await trx('instances').where({ id: instanceId }).forNoKeyUpdate().first('webhook', 'settings');
+interface BulkRetryChunk {
+  retried: number;
+  notRetryable: number;
+  /** The last event id of a full chunk (more may follow), undefined after the last chunk. */
+  last?: string;
+}
+
+async function retryExhaustedChunk(trx: Knex.Transaction, instanceId: string, after: string, chunkSize: number): Promise<BulkRetryChunk> {
+  const instance = await lockInstanceForRetry(trx, instanceId).first('webhook', 'settings');
   if (!instance) throw problems.notFound('The instance');
-  // Locked (event retention skips a locked row), in event order so chunks follow each other.
+  // The chunk's ids first, unlocked: a sort of ids alone, which stops at the chunk's size (a
+  // locking query would sort every remaining row with its body first).
+  const ids = (await trx('deliveries')
+    .where({ instance_id: instanceId, status: 'exhausted' })
+    .andWhere('event_id', '>', after)
+    .orderBy('event_id')
+    .limit(chunkSize)
+    .pluck('event_id')) as string[];
+  // Then locked (event retention skips a locked row) and checked again: a delivery retried meanwhile is no longer exhausted.
   const rows = await trx('deliveries as d')
     .join('events as e', 'e.id', 'd.event_id')
+    .whereIn('d.event_id', ids)
     .where({ 'd.instance_id': instanceId, 'd.status': 'exhausted' })
-    .andWhere('d.event_id', '>', after)
-    .orderBy('d.event_id')
-    .limit(chunkSize)
     .forUpdate('d')
     .select('d.event_id', 'e.type', 'e.body');
   const byUrl = new Map<string, string[]>();
   for (const row of rows) {
-    const envelope = { type: row.type as EventEnvelope['type'], data: (jsonObject(row.body).data ?? {}) as Record<string, unknown> };
-    const route = routeEvent(envelope, jsonObject(instance.webhook) as WebhookConfig, jsonObject(instance.settings) as WebhookSettings);
-    if (route.status === 'pending') byUrl.set(route.url, [...(byUrl.get(route.url) ?? []), row.event_id]);
+    const route = routeNow(row, instance);
+    if (route.status === 'pending') byUrl.set(route.url, byUrl.get(route.url)?.concat(row.event_id) ?? [row.event_id]);
   }
   let retried = 0;
   for (const [url, eventIds] of byUrl) {
@@ -202,8 +215,21 @@ async function retryExhaustedChunk(trx: Knex.Transaction, instanceId: string, af
       .whereIn('event_id', eventIds)
       .update({ ...FRESH_SERIES, url, next_attempt_at: trx.fn.now(), updated_at: trx.fn.now() });
   }
-  const last = rows.length === chunkSize ? (rows.at(-1).event_id as string) : undefined;
-  return { retried, notRetryable: rows.length - retried, last };
+  return { retried, notRetryable: rows.length - retried, last: ids.length === chunkSize ? ids.at(-1) : undefined };
+}
+
+/** The lock a retry holds on its instance: it waits for a webhook save or a secret renewal under
+ *  way (they lock the row FOR UPDATE) and they wait for it, so a retry routes with the saved
+ *  configuration and a save cancels what the retry started; sends and state changes (plain
+ *  updates of the row) do not wait for it. */
+function lockInstanceForRetry(trx: Knex.Transaction, instanceId: string) {
+  return trx('instances').where({ id: instanceId }).forKeyShare();
+}
+
+/** How the instance's configuration of now routes an event. */
+function routeNow(event: { type: string; body: unknown }, instance: { webhook: unknown; settings: unknown }) {
+  const envelope = { type: event.type as EventEnvelope['type'], data: (jsonObject(event.body).data ?? {}) as Record<string, unknown> };
+  return routeEvent(envelope, jsonObject(instance.webhook) as WebhookConfig, jsonObject(instance.settings) as WebhookSettings);
 }
 
 const NOT_ROUTED: Record<'filtered' | 'no_destination', string> = {

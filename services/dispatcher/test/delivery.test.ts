@@ -9,6 +9,7 @@ import { createEgressClient, type EgressOptions } from '../src/egress.ts';
 import { DeliveryScheduler, type SchedulerOptions } from '../src/scheduler.ts';
 import { verifySignature } from '../src/signing.ts';
 import { routeAndRecord } from '../src/intake.ts';
+import { lockInstanceForRouting } from '../../gateway/src/routes/webhooks.ts';
 import { createInstance, crypto, deliveryOf, FAST_SCHEDULE, log, openTestDatabase, recordRoutedEvent, recordTestEvent, waitFor, waitForStatus } from './support.ts';
 
 /** Resolves `localhost` to IPv4 only (the receiver listens on 127.0.0.1). */
@@ -203,19 +204,20 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.deepEqual(await retryExhaustedDeliveries(db, a.id, 2), { retried: 0, notRetryable: 2 });
   });
 
-  it('manual retry waits for a webhook save under way and routes with what it saved', async () => {
+  for (const [kind, retryOne] of [
+    ['manual retry', (db: Knex, instanceId: string, eventId: string) => retryEvent(db, instanceId, eventId).then(() => 'retried')],
+    ['bulk retry', (db: Knex, instanceId: string) => retryExhaustedDeliveries(db, instanceId).then((n) => (n.retried ? 'retried' : 'not_retryable'))],
+  ] as const) {
+    it(`${kind} waits for a webhook save under way and routes with what it saved; a send's update of the instance does not wait for it`, async () => {
     const inst = await createInstance(db, { webhook: { url: 'https://old.example.com/h' } });
     const event = await recordRoutedEvent(db, inst.id);
     await db('deliveries').where({ event_id: event.id }).update({ status: 'exhausted', next_attempt_at: null });
     const save = await db.transaction();
     try {
       // The save's steps (routes/webhooks.ts): lock the instance, write the configuration, cancel.
-      await save('instances').where({ id: inst.id }).forNoKeyUpdate().first('id');
+      await lockInstanceForRouting(save, inst.id);
       await save('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: '' }) });
-      const retry = retryEvent(db, inst.id, event.id).then(
-        () => 'retried',
-        (err: unknown) => (err instanceof Problem ? err.code : String(err)),
-      );
+      const retry = retryOne(db, inst.id, event.id).catch((err: unknown) => (err instanceof Problem ? err.code : String(err)));
       // The retry must be waiting for the save's lock (without the lock it would finish, and this times out).
       await waitFor('the retry waiting for the instance lock', async () =>
         Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0,
@@ -227,7 +229,25 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
       if (!save.isCompleted()) await save.rollback();
     }
     assert.equal((await deliveryOf(db, event.id)).status, 'exhausted');
-  });
+
+    // A retry holding its lock (the event's delivery row locked by another transaction keeps it
+    // waiting there) does not hold up a plain update of the instance, as the queue count's is.
+    const holder = await db.transaction();
+    try {
+      await holder('deliveries').where({ event_id: event.id }).forUpdate().first();
+      await db('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: 'https://new.example.com/h' }) });
+      const waiting = retryOne(db, inst.id, event.id).catch(() => 'failed');
+      await waitFor('the retry waiting for the delivery row', async () =>
+        Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0,
+      );
+      assert.equal(await db('instances').where({ id: inst.id }).increment('queued_count', 0), 1, 'not blocked');
+      await holder.commit();
+      assert.equal(await waiting, 'retried');
+    } finally {
+      if (!holder.isCompleted()) await holder.rollback();
+    }
+    });
+  }
 
   it('does not follow redirects: a 3xx is a failed attempt', async () => {
     receiver.respondWith((r) => (r.path === '/hook' ? { status: 302, location: receiver.url('/elsewhere') } : { status: 200 }));

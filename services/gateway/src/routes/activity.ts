@@ -63,7 +63,7 @@ export const activityRoutes = [
     auth: 'admin',
     tag: 'activity',
     summary: 'Start a fresh delivery series for every exhausted event of the instance (after a receiver outage), each routed with the webhook configuration of now',
-    responses: { 202: z.object({ retried: z.number(), notRetryable: z.number() }), 404: 'absent' },
+    responses: { 202: z.object({ retried: z.number().int().nonnegative(), notRetryable: z.number().int().nonnegative() }), 404: 'absent' },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
       return { status: 202, body: await retryExhaustedDeliveries(deps.db, params.id) };

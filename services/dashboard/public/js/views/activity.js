@@ -4,7 +4,7 @@
 // those older than the last 50 events). Refreshed every few seconds; a table is redrawn only when its data changed, so
 // keyboard focus is not lost.
 import { path } from '../api.js';
-import { badge, emptyState, field, form, formatDate, h, notify, replaceChildren, selectField, submitting, table, withButton } from '../dom.js';
+import { badge, confirmAction, emptyState, field, form, formatDate, h, notify, replaceChildren, selectField, submitting, table, withButton } from '../dom.js';
 import { startPolling } from '../poller.js';
 
 const REFRESH_MS = 2500;
@@ -27,7 +27,12 @@ export function render(container, { api, instance }) {
   const eventFilter = selectField({ label: 'Show', name: 'deliveryStatus', options: EVENT_FILTERS });
   eventFilter.classList.add('list-filter');
   const eventFilterSelect = eventFilter.querySelector('select');
-  eventFilterSelect.addEventListener('change', () => load().catch((error) => notify(error.detail, { error: true })));
+  eventFilterSelect.addEventListener('change', () => {
+    lastShown.events = undefined; // the same rows read differently under another filter (its button, its empty text)
+    load().catch((error) => notify(error.detail, { error: true }));
+  });
+  /** A retry of every exhausted delivery is under way: polls redraw its button disabled. */
+  let retryingAll = false;
   sections.events.body.before(eventFilter);
   const lastShown = {};
 
@@ -130,18 +135,31 @@ export function render(container, { api, instance }) {
   }
 
   function retryAllButton() {
-    const button = h('button', { type: 'button', class: 'secondary', 'data-focus-key': 'retry-all', onclick: () => retryAll(button) }, 'Retry every delivery that gave up');
+    const label = retryingAll ? 'Retrying…' : 'Retry every delivery that gave up';
+    const button = h('button', { type: 'button', class: 'secondary', 'data-focus-key': 'retry-all', disabled: retryingAll, 'aria-busy': retryingAll ? 'true' : undefined, onclick: () => retryAll(button) }, label);
     return h('p', {}, button);
   }
 
   async function retryAll(button) {
-    await withButton(button, async () => {
-      const { retried, notRetryable } = await api.post(path`/api/instances/${id}/events/retry`);
-      const left = notRetryable ? ` ${count(notRetryable, 'delivery has', 'deliveries have')} no URL now or ${notRetryable === 1 ? 'is' : 'are'} filtered out.` : '';
-      notify(`${count(retried, 'delivery', 'deliveries')} restarted.${left}`);
-      await load();
-    });
-    if (!button.isConnected) sections.events.heading.focus();
+    const ok = await confirmAction('Each delivery that gave up is sent again to where the webhook configuration routes it now.', { title: 'Retry every delivery that gave up?', confirmLabel: 'Retry all' });
+    if (!ok) return;
+    retryingAll = true;
+    lastShown.events = undefined;
+    button.disabled = true;
+    button.textContent = 'Retrying…';
+    try {
+      await withButton(button, async () => {
+        const { retried, notRetryable } = await api.post(path`/api/instances/${id}/events/retry`);
+        const left = notRetryable ? ` ${count(notRetryable, 'delivery has', 'deliveries have')} no URL now or ${notRetryable === 1 ? 'is' : 'are'} filtered out.` : '';
+        notify(`${count(retried, 'delivery', 'deliveries')} restarted.${left}`);
+      });
+    } finally {
+      retryingAll = false;
+      lastShown.events = undefined;
+    }
+    await load().catch((error) => notify(error.detail, { error: true }));
+    // Redrawn: the button again if some are left, otherwise the section's heading.
+    (sections.events.body.querySelector('[data-focus-key="retry-all"]') ?? sections.events.heading).focus();
   }
 
   function retryButton(event) {
