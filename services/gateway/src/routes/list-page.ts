@@ -10,7 +10,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { problems } from '@switchboard/core';
 
-export const LIST_LIMIT = 50;
+const LIST_LIMIT = 50;
 const LIMIT_RULE = `must be a whole number from 1 to ${LIST_LIMIT}`;
 const BEFORE_RULE = 'must be one id: that of an item a page of this list returned';
 
@@ -29,7 +29,7 @@ export const PageQuery = z.object({
     .optional()
     .meta({ description: 'The id of an item of this list, usually the last of a page: the answer holds the items listed after it (older).' }),
 });
-export type Page = z.output<typeof PageQuery>;
+type Page = z.output<typeof PageQuery>;
 
 /** One of the three lists: its table (each has `instance_id`, `created_at` and `id`) and the alias
  *  its query names that table by. */
