@@ -209,43 +209,39 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     ['bulk retry', (db: Knex, instanceId: string) => retryExhaustedDeliveries(db, instanceId).then((n) => (n.retried ? 'retried' : 'not_retryable'))],
   ] as const) {
     it(`${kind} waits for a webhook save under way and routes with what it saved; a send's update of the instance does not wait for it`, async () => {
-    const inst = await createInstance(db, { webhook: { url: 'https://old.example.com/h' } });
-    const event = await recordRoutedEvent(db, inst.id);
-    await db('deliveries').where({ event_id: event.id }).update({ status: 'exhausted', next_attempt_at: null });
-    const save = await db.transaction();
-    try {
-      // The save's steps (routes/webhooks.ts): lock the instance, write the configuration, cancel.
-      await lockInstanceForRouting(save, inst.id);
-      await save('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: '' }) });
-      const retry = retryOne(db, inst.id, event.id).catch((err: unknown) => (err instanceof Problem ? err.code : String(err)));
-      // The retry must be waiting for the save's lock (without the lock it would finish, and this times out).
-      await waitFor('the retry waiting for the instance lock', async () =>
-        Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0,
-      );
-      await cancelDeliveriesForRemovedUrls(save, inst.id, { url: '' });
-      await save.commit();
-      assert.equal(await retry, 'not_retryable', 'nothing goes to the removed URL');
-    } finally {
-      if (!save.isCompleted()) await save.rollback();
-    }
-    assert.equal((await deliveryOf(db, event.id)).status, 'exhausted');
+      const inst = await createInstance(db, { webhook: { url: 'https://old.example.com/h' } });
+      const event = await recordRoutedEvent(db, inst.id);
+      await db('deliveries').where({ event_id: event.id }).update({ status: 'exhausted', next_attempt_at: null });
+      const save = await db.transaction();
+      try {
+        // The save's steps (routes/webhooks.ts): lock the instance, write the configuration, cancel.
+        await lockInstanceForRouting(save, inst.id);
+        await save('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: '' }) });
+        const retry = retryOne(db, inst.id, event.id).catch((err: unknown) => (err instanceof Problem ? err.code : String(err)));
+        // The retry must be waiting for the save's lock (without the lock it would finish, and this times out).
+        await waitForLockWait(db, 'the retry waiting for the instance lock');
+        await cancelDeliveriesForRemovedUrls(save, inst.id, { url: '' });
+        await save.commit();
+        assert.equal(await retry, 'not_retryable', 'nothing goes to the removed URL');
+      } finally {
+        if (!save.isCompleted()) await save.rollback();
+      }
+      assert.equal((await deliveryOf(db, event.id)).status, 'exhausted');
 
-    // A retry holding its lock (the event's delivery row locked by another transaction keeps it
-    // waiting there) does not hold up a plain update of the instance, as the queue count's is.
-    const holder = await db.transaction();
-    try {
-      await holder('deliveries').where({ event_id: event.id }).forUpdate().first();
-      await db('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: 'https://new.example.com/h' }) });
-      const waiting = retryOne(db, inst.id, event.id).catch(() => 'failed');
-      await waitFor('the retry waiting for the delivery row', async () =>
-        Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0,
-      );
-      assert.equal(await db('instances').where({ id: inst.id }).increment('queued_count', 0), 1, 'not blocked');
-      await holder.commit();
-      assert.equal(await waiting, 'retried');
-    } finally {
-      if (!holder.isCompleted()) await holder.rollback();
-    }
+      // A retry holding its lock (the event's delivery row locked by another transaction keeps it
+      // waiting there) does not hold up a plain update of the instance, as the queue count's is.
+      const holder = await db.transaction();
+      try {
+        await holder('deliveries').where({ event_id: event.id }).forUpdate().first();
+        await db('instances').where({ id: inst.id }).update({ webhook: JSON.stringify({ url: 'https://new.example.com/h' }) });
+        const waiting = retryOne(db, inst.id, event.id).catch(() => 'failed');
+        await waitForLockWait(db, 'the retry waiting for the delivery row');
+        assert.equal(await db('instances').where({ id: inst.id }).increment('queued_count', 0), 1, 'not blocked');
+        await holder.commit();
+        assert.equal(await waiting, 'retried');
+      } finally {
+        if (!holder.isCompleted()) await holder.rollback();
+      }
     });
   }
 
@@ -627,4 +623,9 @@ async function latestEvents(db: Knex, instanceId: string, limit = 50): Promise<E
 
 function pick(row: Record<string, unknown>, ...keys: string[]): Record<string, unknown> {
   return Object.fromEntries(keys.map((k) => [k, row[k]]));
+}
+
+/** Resolves once a statement on the test database is waiting for a lock. */
+function waitForLockWait(db: Knex, what: string): Promise<unknown> {
+  return waitFor(what, async () => Number((await db.raw(`select count(*) as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows[0].n) > 0);
 }

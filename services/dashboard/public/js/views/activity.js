@@ -27,10 +27,7 @@ export function render(container, { api, instance }) {
   const eventFilter = selectField({ label: 'Show', name: 'deliveryStatus', options: EVENT_FILTERS });
   eventFilter.classList.add('list-filter');
   const eventFilterSelect = eventFilter.querySelector('select');
-  eventFilterSelect.addEventListener('change', () => {
-    lastShown.events = undefined; // the same rows read differently under another filter (its button, its empty text)
-    load().catch((error) => notify(error.detail, { error: true }));
-  });
+  eventFilterSelect.addEventListener('change', () => load().catch((error) => notify(error.detail, { error: true })));
   /** A retry of every exhausted delivery is under way: polls redraw its button disabled. */
   let retryingAll = false;
   sections.events.body.before(eventFilter);
@@ -56,18 +53,19 @@ export function render(container, { api, instance }) {
     ]);
     show('sends', sends.data, sendsTable);
     show('incoming', incoming.data, incomingTable, { resignedLinks: true });
-    // A poll that began before the filter changed must not draw the other kind over it.
-    if (filter === eventFilterSelect.value) show('events', events.data, eventsTable);
+    // A poll that began before the filter changed must not draw the other kind over it. The same
+    // rows read differently under another filter (its empty text, its button) or during a retry.
+    if (filter === eventFilterSelect.value) show('events', events.data, eventsTable, { drawnWith: { filter, retryingAll } });
   }
 
   /** `resignedLinks`: the rows' media links are signed afresh on every read (incoming records;
    *  an event keeps the link it was recorded with). They are compared without their signature,
    *  and redrawn only when the shown ones are about to expire, so keyboard focus is not lost
-   *  every poll. */
-  function show(name, rows, draw, { resignedLinks = false } = {}) {
+   *  every poll. `drawnWith`: what else the drawing depends on; a change redraws too. */
+  function show(name, rows, draw, { resignedLinks = false, drawnWith } = {}) {
     const now = Date.now();
     let firstExpiry = Infinity;
-    const fingerprint = JSON.stringify(rows, (key, value) => {
+    const fingerprint = JSON.stringify({ drawnWith, rows }, (key, value) => {
       if (!resignedLinks || key !== 'url' || typeof value !== 'string' || !value.includes('?')) return value;
       const expires = Number(new URL(value, location.href).searchParams.get('expires')) * 1000;
       if (expires > now) firstExpiry = Math.min(firstExpiry, expires);
@@ -144,18 +142,15 @@ export function render(container, { api, instance }) {
     const ok = await confirmAction('Each delivery that gave up is sent again to where the webhook configuration routes it now.', { title: 'Retry every delivery that gave up?', confirmLabel: 'Retry all' });
     if (!ok) return;
     retryingAll = true;
-    lastShown.events = undefined;
-    button.disabled = true;
     button.textContent = 'Retrying…';
     try {
       await withButton(button, async () => {
         const { retried, notRetryable } = await api.post(path`/api/instances/${id}/events/retry`);
-        const left = notRetryable ? ` ${count(notRetryable, 'delivery has', 'deliveries have')} no URL now or ${notRetryable === 1 ? 'is' : 'are'} filtered out.` : '';
+        const left = notRetryable ? ` Not retried: ${count(notRetryable, 'delivery', 'deliveries')} (filtered out, or no URL now).` : '';
         notify(`${count(retried, 'delivery', 'deliveries')} restarted.${left}`);
       });
     } finally {
       retryingAll = false;
-      lastShown.events = undefined;
     }
     await load().catch((error) => notify(error.detail, { error: true }));
     // Redrawn: the button again if some are left, otherwise the section's heading.
