@@ -138,6 +138,13 @@ describe('media end to end', function () {
     assert.equal(res.status, 200);
     assert.equal(res.headers.get('content-type'), 'application/octet-stream');
     assert.ok(Buffer.from(await res.arrayBuffer()).equals(Buffer.from(mediaFixtures.pdf.base64(), 'base64')));
+    // Nor one that is no media type: served as plain bytes, never as a type a browser would guess at.
+    for (const mimetype of ['bogus', '   ']) {
+      const odd = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'document', mediaBase64: mediaFixtures.pdf.base64(), mimetype, fileName: 'odd.pdf' });
+      const oddRecord = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === odd.body.messageId));
+      const download = await fetch(t.url + new URL(oddRecord.media.url).pathname, { headers: { authorization: `Bearer ${inst.apiToken}` } });
+      assert.equal(download.headers.get('content-type'), 'application/octet-stream', JSON.stringify(mimetype));
+    }
     const quoted = await t.client(inst.apiToken).post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'document', base64: mediaFixtures.pdf.base64(), mimetype: 'application/pdf; name="€"' });
     assert.equal(quoted.status, 400, 'an API mimetype must be header-safe');
   });

@@ -218,6 +218,8 @@ for (const mode of modes) {
       }
       // Blank fields are no content: a client that sends every field is not refused for them.
       assert.equal((await send({ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', text: '', caption: '' })).status, 202);
+      assert.equal((await send({ phone: '5511988887777', type: 'audio', base64: mediaFixtures.mp3.base64(), mimetype: 'audio/mpeg', caption: '' })).status, 202, 'an empty caption is none, on audio too');
+      assert.equal((await send({ phone: '5511988887777', type: 'audio', base64: mediaFixtures.mp3.base64(), mimetype: 'audio/mpeg', caption: ' ' })).status, 400, 'blanks are a caption');
       // A caption is optional on every media type but audio (the specification): a sticker's shows nowhere.
       const captioned = await send({ phone: '5511988887777', type: 'sticker', base64: mediaFixtures.sticker.base64(), mimetype: 'image/webp', caption: 'not shown' });
       assert.equal(captioned.status, 202, JSON.stringify(captioned.body));
@@ -226,7 +228,7 @@ for (const mode of modes) {
       assert.equal(stickerEcho.text, null);
       assert.equal((await send({ phone: '5511988887777', type: 'text', text: 'every field', base64: '', mimetype: '', caption: '', fileName: '' })).status, 202);
       const afterCount = (await t.admin.get(`/api/instances/${inst.id}/messages`)).body.data.length;
-      assert.equal(afterCount, Math.min(50, before + 8));
+      assert.equal(afterCount, Math.min(50, before + 9));
     });
 
     it('refuses NUL characters and unpaired surrogates with 400 or 404, never a 5xx', async () => {

@@ -46,6 +46,7 @@ describe('webhooks end to end', function () {
       delivery: receiver.url('/delivery'),
       status: receiver.url('/status'),
       received: receiver.url('/received'),
+      presence: receiver.url('/presence'),
       settings: { notifyFromMe: false },
     });
     assert.equal(saved.status, 200, JSON.stringify(saved.body));
@@ -53,10 +54,12 @@ describe('webhooks end to end', function () {
 
     const send = await t.admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: 'hook me' });
     const inbound = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'text', text: 'hello' });
+    const presence = await t.admin.post(`/sandbox/instances/${inst.id}/presence`, { from: '5511977776666', presence: 'composing', lid: '4242@lid' });
+    assert.equal(presence.status, 200, JSON.stringify(presence.body));
     const test = await t.admin.post(`/api/instances/${inst.id}/webhook/test`);
     assert.equal(test.status, 200);
 
-    const reqs = await receiver.waitForRequests(5, 15_000, (r) => bodyOf(r).instanceId === inst.id && ['message.sent', 'message.status', 'message.received', 'webhook.test'].includes(bodyOf(r).type));
+    const reqs = await receiver.waitForRequests(6, 15_000, (r) => bodyOf(r).instanceId === inst.id && ['message.sent', 'message.status', 'message.received', 'chat.presence', 'webhook.test'].includes(bodyOf(r).type));
     for (const r of reqs) verify(r, secret);
     const byType = (type: string) => receiver.requests.filter((r) => bodyOf(r).instanceId === inst.id && bodyOf(r).type === type);
     await eventually(async () => byType('message.status').some((r) => bodyOf(r).data.status === 'read'), 10_000, 'read status');
@@ -67,6 +70,9 @@ describe('webhooks end to end', function () {
     assert.equal(received.length, 1, 'the API echo (fromMe) is not notified without notifyFromMe');
     assert.equal(received[0].path, '/received');
     assert.equal(bodyOf(received[0]).data.messageId, inbound.body.messageId);
+    const [typing] = byType('chat.presence');
+    assert.equal(typing.path, '/presence');
+    assert.deepEqual(bodyOf(typing).data, { phone: '5511977776666', chatLid: '4242@lid', presence: 'composing' });
     const testReq = byType('webhook.test');
     assert.equal(testReq[0].path, '/all');
     assert.equal(bodyOf(testReq[0]).id, test.body.id);

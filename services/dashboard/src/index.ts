@@ -50,6 +50,12 @@ export function dashboardMiddleware(options: DashboardOptions = {}): Middleware 
     for (const [name, value] of Object.entries(SECURITY_HEADERS)) ctx.set(name, value);
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') {
       ctx.set('Allow', 'GET, HEAD');
+      // What may be asked here, as the API's router answers it (a preflight was answered before).
+      if (ctx.method === 'OPTIONS') {
+        ctx.status = 200;
+        ctx.body = '';
+        return;
+      }
       return respondProblem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed here; the dashboard is read-only.`);
     }
     const asset = assets.get(assetPath);

@@ -93,6 +93,9 @@ describe('dashboard middleware', () => {
     assert.equal(res.status, 405);
     assert.equal(res.headers.get('allow'), 'GET, HEAD');
     assert.equal((await res.json()).code, 'method_not_allowed');
+    const options = await fetch(`${base}/ui`, { method: 'OPTIONS' });
+    assert.equal(options.status, 200, 'OPTIONS says what is allowed, as on the API paths');
+    assert.equal(options.headers.get('allow'), 'GET, HEAD');
   });
 
   it('leaves every other path to the next middleware', async () => {

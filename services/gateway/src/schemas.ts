@@ -75,7 +75,7 @@ export const SendBody = z
     // Likewise dropped: `text` of a media message (its words go in caption). A caption is optional
     // on every media type but audio (the specification's one exception), though a sticker shows none.
     if (b.text) ctx.addIssue({ code: 'custom', path: ['text'], message: `not allowed for type ${b.type} (a media message's words go in caption)` });
-    if (b.type === 'audio' && typeof b.caption === 'string') ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
+    if (b.type === 'audio' && b.caption) ctx.addIssue({ code: 'custom', path: ['caption'], message: 'not allowed for audio' });
   })
   .transform(withoutEmptyFields);
 export type SendRequest = z.output<typeof SendBody>;

@@ -119,6 +119,14 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       const trace = await rawRequest(t.url, 'TRACE /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'); // fetch() refuses TRACE
       assert.match(trace, /^HTTP\/1\.1 405 /);
       assert.match(trace, /\r\nallow: HEAD, GET\r\n/i);
+      // /metrics (served before the router) answers methods as the router's paths do.
+      assert.equal((await t.client().request('HEAD', '/metrics')).status, 200);
+      const postMetrics = await t.client().request('POST', '/metrics');
+      assertProblem(postMetrics, 405, 'method_not_allowed');
+      assert.equal(postMetrics.headers.get('allow'), 'HEAD, GET');
+      const optionsMetrics = await t.client().request('OPTIONS', '/metrics');
+      assert.equal(optionsMetrics.status, 200);
+      assert.equal(optionsMetrics.headers.get('allow'), 'HEAD, GET');
     });
 
     it('answers requests the HTTP parser refuses with problem documents', async () => {
@@ -645,6 +653,8 @@ describe('rate limit, origin and proxy handling', function () {
     assert.equal(limited.headers.get('cache-control'), null, 'other routes answer as before');
     // The router serves the probes in any case and with a trailing slash; so does the exemption.
     for (const probe of ['/health', '/health/', '/HEALTH', '/Ready', '/metrics', '/METRICS/']) assert.equal((await t.client().get(probe)).status, 200, probe);
+    // A spelling no probe answers is no probe, so it is limited like any other path.
+    for (const path of ['/health//', '/metrics//']) assertProblem(await t.client().get(path), 429, 'rate_limited');
     // X-Forwarded-For is ignored without TRUST_PROXY: still the same client.
     assertProblem(await t.admin.get('/api/projects', { 'x-forwarded-for': '203.0.113.9' }), 429);
     // A page of an allowed origin can read the 429 and when to retry.

@@ -8,7 +8,7 @@
 import type { Context, Next } from 'koa';
 import { context, trace } from '@opentelemetry/api';
 import { probePath } from './probe-paths.ts';
-import { contextFromHeaders, markFailed, scrubCredentials, scrubPath, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
+import { contextFromHeaders, markFailed, Problem, scrubCredentials, scrubPath, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
 
 /** Route label of requests that matched no route (bounded: never the raw path). */
 const UNMATCHED = 'unmatched';
@@ -48,10 +48,18 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
   };
 }
 
-/** GET /metrics: the Prometheus exposition, without credentials (like /health). */
+/** GET /metrics: the Prometheus exposition, without credentials (like /health). It answers
+ *  methods as the router's paths do: HEAD like GET, OPTIONS with Allow, others 405. */
 export function metricsEndpoint(metrics: Metrics) {
   return async (ctx: Context, next: Next): Promise<void> => {
-    if (probePath(ctx.path) !== '/metrics' || ctx.method !== 'GET') return next();
+    if (probePath(ctx.path) !== '/metrics') return next();
+    ctx.set('Allow', 'HEAD, GET');
+    if (ctx.method === 'OPTIONS') {
+      ctx.status = 200;
+      ctx.body = '';
+      return;
+    }
+    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') throw new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on this path.`);
     ctx.body = await metrics.render();
     ctx.type = metrics.contentType;
   };

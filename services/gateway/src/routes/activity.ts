@@ -154,10 +154,14 @@ function extensionFor(mimetype: string): string {
   return EXTENSIONS[mimetype.split(';')[0].trim()] ?? '';
 }
 
+/** `type/subtype`, then parameters of visible ASCII: what a Content-Type header may carry. */
+const MEDIA_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(\s*;[\x20-\x7e]*)?$/;
+
 /** A stored mimetype came from a sender (any WhatsApp contact, or an API client's quoted
- *  parameter): one a header cannot carry is served as plain bytes instead of failing the download. */
+ *  parameter): one that is no media type a header can carry (`bogus`, blanks, non-ASCII) is
+ *  served as plain bytes instead of failing the download or naming no type at all. */
 function headerSafeMimetype(mimetype: string): string {
-  return /^[\x20-\x7e]{1,255}$/.test(mimetype) ? mimetype : 'application/octet-stream';
+  return mimetype.length <= 255 && MEDIA_TYPE.test(mimetype) ? mimetype : 'application/octet-stream';
 }
 
 /** Events whose delivery is in `status`, found through the deliveries' (instance_id, status)

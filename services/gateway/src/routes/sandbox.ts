@@ -28,7 +28,11 @@ const bodies = {
     voiceNote: z.boolean().optional(),
     seconds: z.number().nonnegative().optional(),
   }),
-  presence: z.object({ from: Phone, presence: z.enum(['available', 'unavailable', 'composing', 'recording', 'paused']) }),
+  presence: z.object({
+    from: Phone,
+    presence: z.enum(['available', 'unavailable', 'composing', 'recording', 'paused']),
+    lid: z.string().regex(/^\d{1,30}@lid$/, '<digits>@lid').optional(),
+  }),
   drop: z.object({ reason: z.enum(['connection_lost', 'logged_out']) }),
 };
 
