@@ -374,6 +374,10 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         assert.equal((await t.client().get(`/api/instances/${a.id}`)).headers.get('www-authenticate'), 'Bearer');
         assertProblem(await t.client('sbi_not-a-token').get(`/api/instances/${a.id}`), 401);
         assertProblem(await t.client('garbage').get(`/api/instances/${a.id}`), 401);
+        // The scheme and the credential are separated by spaces or tabs (RFC 9110 §11.4), nothing else.
+        const withAuthorization = (authorization: string) => fetch(`${t.url}/api/instances/${a.id}`, { headers: { authorization } });
+        assert.equal((await withAuthorization(`bearer \t${a.apiToken} `)).status, 200);
+        assert.equal((await withAuthorization(`Bearer\u00a0${a.apiToken}`)).status, 401);
 
         for (const c of [tokenA, keyA]) {
           assert.equal((await c.get(`/api/instances/${a.id}`)).status, 200);

@@ -22,7 +22,7 @@ export const APP_KEY_PREFIX = TOKEN_PREFIXES.integration;
 
 export function bearerToken(ctx: Context): string | undefined {
   const header = ctx.get('authorization');
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
   return match?.[1];
 }
 
