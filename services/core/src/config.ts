@@ -1,5 +1,6 @@
 // Configuration from the environment (DESIGN §4). Every variable is validated at start; a bad
 // one produces one line naming it, and the process exits non-zero.
+import { isIP } from 'node:net';
 import { natsServers } from './bus/nats-servers.ts';
 
 export interface Config {
@@ -66,6 +67,8 @@ export function requireSettings(env: Env, required: Record<string, string>): voi
 const DEFAULT_RETRY_SCHEDULE = '0,5000,300000,1800000,7200000,18000000,36000000,36000000';
 /** The longest delay WEBHOOK_RETRY_SCHEDULE may hold. */
 const MAX_RETRY_DELAY_MS = 30 * 86_400_000;
+/** A DNS name (RFC 1123 labels), as HOST may give one. */
+const HOST_NAME = /^(?=.{1,253}\.?$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** Reads and validates the configuration; throws ConfigError listing every bad variable. */
@@ -76,7 +79,8 @@ export function loadConfig(env: Env = process.env): Config {
   const port = read.int('PORT', 8080, 0, 65535);
   const config: Config = {
     port,
-    host: read.str('HOST', '0.0.0.0'),
+    // Whether the name resolves shows only when the port opens (named then too, as HOST/PORT).
+    host: read.optional('HOST', (v) => (isIP(v) || HOST_NAME.test(v) ? v : 'must be an IP address or a host name (no scheme or port)')) ?? '0.0.0.0',
     publicBaseUrl: read.url('PUBLIC_BASE_URL', `http://localhost:${port}`).replace(/\/+$/, ''),
     // Sent as a Bearer token: one of blanks or non-ASCII characters could never be presented.
     adminApiKey: read.optional('ADMIN_API_KEY', (v) => (/^[\x21-\x7e]+$/.test(v) ? v : 'must be visible ASCII characters without spaces (it is sent as a Bearer token)')),

@@ -137,6 +137,11 @@ describe('configuration', () => {
     assert.equal(loadConfig({ NATS_URL: 'nats://a:4222, nats://b:4222,c:4222' }).natsUrl, 'nats://a:4222, nats://b:4222,c:4222');
     assert.deepEqual(loadConfig({ ALLOWED_ORIGINS: 'http://localhost:3000' }).allowedOrigins, ['http://localhost:3000']);
     assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '0,1,2,3,4,5,6,2592000000' }).webhookRetrySchedule[7], 2_592_000_000);
+    // HOST is an address or a name: a URL or host:port is named with the other bad variables.
+    for (const host of ['http://0.0.0.0', '0.0.0.0:8080', 'two words', '-bad.example']) {
+      assert.throws(() => loadConfig({ HOST: host, PORT: 'x' }), (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith('HOST: ')) && err.problems.length === 2, host);
+    }
+    for (const host of ['0.0.0.0', '::', '::1', '127.0.0.1', 'localhost', 'gateway.switchboard.svc.cluster.local']) assert.equal(loadConfig({ HOST: host }).host, host);
   });
 
   it('makes the server exit non-zero with the bad variable named', async function () {
