@@ -319,6 +319,18 @@ describe('baileys driver: connection', () => {
     assert.deepEqual([...paired.network.pairingRequests, ...r.network.pairingRequests], []);
   });
 
+  it('a pairing-code request on a socket that just closed answers 503 pairing_not_ready, not a 500', async () => {
+    const r = rig({ pairingReadyTimeoutMs: 60 });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    r.sock().showQr();
+    await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan');
+    // The close is known at once; its handling may wait behind other events, the request does not.
+    void r.sock().drop(DisconnectReason.connectionLost, 'Connection was lost');
+    await assert.rejects(r.driver.requestPairingCode('5511988887777'), (err: { status?: number; code?: string }) => (assert.deepEqual([err.status, err.code], [503, 'pairing_not_ready']), true));
+    assert.deepEqual(r.network.pairingRequests, []);
+  });
+
   it('a pairing-code request while WhatsApp is unreachable fails with a clear reason', async () => {
     const r = rig({ pairingReadyTimeoutMs: 60 });
     await r.driver.connect();
@@ -344,11 +356,24 @@ describe('baileys driver: connection', () => {
     assert.equal(creds?.me?.id, `${MY_PHONE}:12@s.whatsapp.net`);
   });
 
+  it('answers one restart (515) at once, and a server that keeps asking with backoff', async () => {
+    const r = rig({ backoff: { baseMs: 300, maxMs: 300, jitter: 0 } });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    await r.sock().drop(DisconnectReason.restartRequired);
+    await until(() => r.network.sockets.length === 2, 'the first restart at once');
+    const askedAgain = Date.now();
+    await r.sock().drop(DisconnectReason.restartRequired);
+    await until(() => r.network.sockets.length === 3, 'the second after its backoff');
+    assert.ok(Date.now() - askedAgain >= 290, `waited ${Date.now() - askedAgain} ms`);
+  });
+
   for (const [code, reason] of [
     [DisconnectReason.connectionLost, 'connection_lost'],
     [DisconnectReason.connectionClosed, 'connection_closed'],
     [DisconnectReason.badSession, 'bad_session'],
     [DisconnectReason.unavailableService, 'service_unavailable'],
+    [402, 'temporarily_banned'],
   ] as const) {
     it(`reconnects after a transient close ${code} and keeps credentials`, async () => {
       const r = await connectedRig();
@@ -365,6 +390,7 @@ describe('baileys driver: connection', () => {
     [DisconnectReason.loggedOut, 'logged_out'],
     [DisconnectReason.forbidden, 'forbidden'],
     [DisconnectReason.multideviceMismatch, 'multidevice_mismatch'],
+    [406, 'unknown_logout'],
   ] as const) {
     it(`stops on ${code}: logged_out, credentials cleared, no reconnect`, async () => {
       const r = await connectedRig();
@@ -631,6 +657,24 @@ describe('baileys driver: sending', () => {
     assert.equal(r.network.relayed.length, 0, 'nothing reached the socket');
   });
 
+  it('puts a send back in the queue when the connection closed before the message left', async () => {
+    // Baileys refuses with 428 before writing: a device query the close ended, a media upload
+    // whose host query met the close, or a socket whose close is still waiting its turn.
+    const r = await connectedRig();
+    r.network.relayBehaviour = 'close-before-write';
+    await rejectsWith(r.driver.send(text(mid(), phoneTo())), NOT_CONNECTED, true);
+    await until(() => r.listener.state === 'reconnecting', 'the drop is reported');
+
+    const upload = await connectedRig();
+    upload.network.uploadCloses = true;
+    await rejectsWith(upload.driver.send({ messengerId: mid(), to: phoneTo(), type: 'image', media: randomBytes(100), mimetype: 'image/jpeg' }), NOT_CONNECTED, true);
+
+    const stale = await connectedRig();
+    void stale.sock().drop(DisconnectReason.connectionLost, 'Connection was lost');
+    await rejectsWith(stale.driver.send(text(mid(), phoneTo())), NOT_CONNECTED, true);
+    assert.deepEqual([r, upload, stale].map((rig) => rig.network.relayed.length), [0, 0, 0], 'nothing was written');
+  });
+
   it('is uncertain when the connection closes or times out after the message went to the socket', async () => {
     const r = await connectedRig({ sendTimeoutMs: 60 });
     r.network.relayBehaviour = 'hang';
@@ -793,6 +837,25 @@ describe('baileys driver: receiving', () => {
     assert.deepEqual([albumPicture?.type, albumPicture?.text], ['image', 'first of three']);
     const groupStatus = await deliver(r, received({ chat: '120363025246125486@g.us', participant: '5511977776666@s.whatsapp.net', message: { groupStatusMessageV2: { message: { extendedTextMessage: { text: 'posted to the group' } } } } }));
     assert.deepEqual([groupStatus?.type, groupStatus?.text], ['text', 'posted to the group']);
+  });
+
+  it('records what business messages say (templates, buttons, interactive), without their buttons', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    // As they arrive: encoded by the sender, decoded by Baileys.
+    const wire = (message: proto.IMessage) => proto.Message.decode(proto.Message.encode(message).finish()) as unknown as Record<string, unknown>;
+    const code = await deliver(r, received({ chat, message: wire({ templateMessage: { hydratedTemplate: { hydratedContentText: 'Your code is 123456', hydratedButtons: [{ index: 0, quickReplyButton: { displayText: 'Copy', id: 'c' } }] } } }) }));
+    assert.deepEqual([code?.type, code?.text], ['text', 'Your code is 123456']);
+    const fourRow = await deliver(r, received({ chat, message: wire({ templateMessage: { hydratedFourRowTemplate: { hydratedContentText: 'Order shipped' } } }) }));
+    assert.deepEqual([fourRow?.type, fourRow?.text], ['text', 'Order shipped']);
+    const buttons = await deliver(r, received({ chat, message: wire({ buttonsMessage: { contentText: 'Pick one', buttons: [{ buttonId: 'a', buttonText: { displayText: 'A' } }] } }) }));
+    assert.deepEqual([buttons?.type, buttons?.text], ['text', 'Pick one']);
+    const interactive = await deliver(r, received({ chat, message: wire({ interactiveMessage: { body: { text: 'Confirm your booking' }, nativeFlowMessage: { buttons: [{ name: 'quick_reply' }] } } }) }));
+    assert.deepEqual([interactive?.type, interactive?.text], ['text', 'Confirm your booking']);
+    const withFile = await deliver(r, received({ chat, message: wire({ templateMessage: { hydratedTemplate: { hydratedContentText: 'Your invoice', documentMessage: { mimetype: 'application/pdf', fileName: 'invoice.pdf', url: 'https://mmg.whatsapp.net/z', mediaKey: randomBytes(32) } } } }) }));
+    assert.deepEqual([withFile?.type, withFile?.text, withFile?.media?.fileName, withFile?.media?.mimetype], ['document', 'Your invoice', 'invoice.pdf', 'application/pdf']);
+    const empty = await deliver(r, received({ chat, message: wire({ buttonsMessage: { buttons: [{ buttonId: 'a' }] } }) }));
+    assert.equal(empty, undefined, 'nothing to show: not recorded');
   });
 
   it('describes audio, video and sticker media', async () => {

@@ -7,7 +7,7 @@ export type CloseAction =
   | { kind: 'restart' }
   /** Transient (405/408/428/500/503/unknown): reconnect with backoff. */
   | { kind: 'reconnect'; reason: string }
-  /** The device is unlinked or refused (401/403/411): clear credentials, stop. */
+  /** The device is unlinked or refused (401/403/406/411): clear credentials, stop. */
   | { kind: 'logged_out'; reason: string }
   /** Another socket took over this account (440): reconnecting blindly would fight it. */
   | { kind: 'replaced'; reason: string };
@@ -17,6 +17,12 @@ export function closeCode(error: unknown): number | undefined {
   const e = error as { output?: { statusCode?: unknown }; statusCode?: unknown } | undefined;
   const code = e?.output?.statusCode ?? e?.statusCode;
   return typeof code === 'number' ? code : undefined;
+}
+
+/** Baileys' refusal of a request on a closed connection (428), thrown before anything is written:
+ *  by a send on a closed socket, or by a query the close ended. Such a request never left. */
+export function closedUnder(error: unknown): boolean {
+  return closeCode(error) === DisconnectReason.connectionClosed;
 }
 
 /** Socket errors that mean the WhatsApp servers could not be reached at all (DNS, routing, refusal). */
@@ -50,8 +56,14 @@ export function closeDetail(error: unknown): string | undefined {
   return message.replace(/[a-z]+:\/\/\S+/gi, '<url>').slice(0, 200);
 }
 
-/** WhatsApp's "Connection Failure" for a client version it has retired (Baileys has no name for it). */
+// Failure reasons of WhatsApp's login (Baileys passes them on as the close code, without names).
+/** The account may not connect for a while: retried with the backoff, named for the operator. */
+const TEMPORARILY_BANNED = 402;
+/** A client version WhatsApp has retired. */
 const CLIENT_OUTDATED = 405;
+/** The server ended the device's login for a reason it does not give (a ban among them): like a
+ *  logout, no reconnect brings it back. */
+const UNKNOWN_LOGOUT = 406;
 
 function actionByCode(code: number | undefined): CloseAction {
   switch (code) {
@@ -63,6 +75,10 @@ function actionByCode(code: number | undefined): CloseAction {
       return { kind: 'logged_out', reason: 'forbidden' };
     case DisconnectReason.multideviceMismatch:
       return { kind: 'logged_out', reason: 'multidevice_mismatch' };
+    case UNKNOWN_LOGOUT:
+      return { kind: 'logged_out', reason: 'unknown_logout' };
+    case TEMPORARILY_BANNED:
+      return { kind: 'reconnect', reason: 'temporarily_banned' };
     case DisconnectReason.connectionReplaced:
       return { kind: 'replaced', reason: 'connection_replaced' };
     case DisconnectReason.connectionLost: // also timedOut (same code)

@@ -39,7 +39,7 @@ import {
   type Receipt,
 } from '@switchboard/core';
 import { forgetUnfinishedPairing, hasLinkedAccount, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
-import { backoffDelay, closeAction, closeCode, closeDetail, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
+import { backoffDelay, closeAction, closeCode, closeDetail, closedUnder, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
 import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
 import { destinationJid, isPersonJid, lidSide, normalised, phoneOf } from './jids.ts';
 import { downloadWithRetry } from './media-download.ts';
@@ -134,9 +134,14 @@ export class BaileysDriver implements NetworkDriver {
   private running = false;
   private connected = false;
   private reconnectAttempt = 0;
+  /** Restarts (515) since the last login: the second in a row waits its backoff. */
+  private restartsSinceOpen = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   /** The socket that has shown a QR, i.e. is ready for a pairing-code request. */
   private readySocket: BaileysSocket | null = null;
+  /** Sockets known closed at once, while their close may still wait its turn behind slow events:
+   *  nothing is sent or asked on them in the meantime. */
+  private readonly endedSockets = new WeakSet<BaileysSocket>();
   /** When readySocket showed its first QR: its pairing refs, and a code asked on it, run out from then. */
   private readySince = 0;
   private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
@@ -169,6 +174,7 @@ export class BaileysDriver implements NetworkDriver {
     if (this.running) return;
     this.running = true;
     this.reconnectAttempt = 0;
+    this.restartsSinceOpen = 0;
     await this.report('starting', {});
     try {
       await this.openSocket();
@@ -216,7 +222,11 @@ export class BaileysDriver implements NetworkDriver {
       await this.renewSocket();
       sock = await this.waitUntilReady(readyTimeout);
     }
-    const code = await sock.requestPairingCode(phone);
+    const code = await sock.requestPairingCode(phone).catch((error) => {
+      // The socket closed under the request: nothing was asked of the phone; a new one is coming.
+      if (closedUnder(error)) throw problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.');
+      throw error;
+    });
     const expiresAt = new Date(Math.min(Date.now() + PAIRING_CODE_TTL_MS, this.readySince + budget));
     return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt };
   }
@@ -317,7 +327,7 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   private waitUntilReady(timeoutMs: number): Promise<BaileysSocket> {
-    if (this.readySocket && this.readySocket === this.sock) return Promise.resolve(this.readySocket);
+    if (this.readySocket && this.readySocket === this.sock && !this.endedSockets.has(this.readySocket)) return Promise.resolve(this.readySocket);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter);
@@ -361,7 +371,10 @@ export class BaileysDriver implements NetworkDriver {
     // and a socket that ends before then (dropped, replaced) discards them, although it told the
     // server they arrived: they are taken first, ahead of the close.
     sock.ev.on('connection.update', (update) => {
-      if (update.connection === 'close') sock.ev.flush();
+      if (update.connection === 'close') {
+        this.endedSockets.add(sock);
+        sock.ev.flush();
+      }
       if (current() && update.qr) this.markReady(sock);
     });
     on('connection.update', (update) => this.onConnectionUpdate(sock, update));
@@ -402,6 +415,7 @@ export class BaileysDriver implements NetworkDriver {
       for (const waiter of this.readyWaiters.splice(0)) waiter.reject(problems.linkedAlready());
       this.lastCloseReason = null;
       this.reconnectAttempt = 0;
+      this.restartsSinceOpen = 0;
       await this.report('connected', { phone: phoneOf(sock.user?.id) });
     }
     if (update.connection === 'close') await this.onClose(update.lastDisconnect?.error);
@@ -424,6 +438,8 @@ export class BaileysDriver implements NetworkDriver {
     } else this.log.info(fields, 'socket closed');
     switch (action.kind) {
       case 'restart':
+        // Once (after pairing) at once; a server that keeps asking is not answered in a tight loop.
+        if (this.restartsSinceOpen++ > 0) return this.scheduleReconnect();
         // A failed reopen (e.g. credentials unreadable for a moment) must not leave us without a socket.
         await this.openSocket().catch((error) => this.reopenFailed(error));
         return;
@@ -555,7 +571,7 @@ export class BaileysDriver implements NetworkDriver {
 
   async send(msg: OutboundMessage): Promise<void> {
     const sock = this.sock;
-    if (!sock || !this.connected) throw new SendError(NOT_CONNECTED, 'the instance is not connected', true);
+    if (!sock || !this.connected || this.endedSockets.has(sock)) throw new SendError(NOT_CONNECTED, 'the instance is not connected', true);
     const content = messageContent(msg); // SendError on bad input
     const jid = await this.resolveDestination(sock, msg.to);
 
@@ -568,6 +584,8 @@ export class BaileysDriver implements NetworkDriver {
         jid,
       });
     } catch (error) {
+      // An upload that met a closed connection is no verdict on the file: back to the queue.
+      if (closedUnder(error)) throw new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
       throw new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
     }
     const full = generateWAMessageFromContent(jid, prepared, { userJid: sock.user?.id ?? '', messageId: msg.messengerId });
@@ -577,6 +595,9 @@ export class BaileysDriver implements NetworkDriver {
     try {
       await withTimeout(sock.relayMessage(jid, full.message!, { messageId: msg.messengerId }), this.opts.sendTimeoutMs ?? 30_000, 'send');
     } catch (error) {
+      // Baileys refuses with 428 before the stanza is written (a closed socket, or a query the
+      // close ended): nothing left, so the send goes back to the queue. Anything else may have left.
+      if (closedUnder(error)) throw new SendError(NOT_CONNECTED, `the connection closed before the message left: ${errorSummary(error)}`, true);
       const timedOut = error instanceof TimeoutError;
       throw new SendError(timedOut ? 'timeout' : 'connection_lost', `the send was interrupted: ${errorSummary(error)}`, false);
     }

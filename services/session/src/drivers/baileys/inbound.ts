@@ -35,7 +35,37 @@ export function unwrap(message: proto.IMessage | null | undefined): Unwrapped {
     else if (editedProtocol) content = editedProtocol;
     else break;
   }
-  return { content, viewOnce };
+  return { content: content && (businessContent(content) ?? content), viewOnce };
+}
+
+/** What a business message shows besides its buttons; its words or its one file. */
+interface BusinessParts {
+  text?: string | null;
+  imageMessage?: proto.Message.IImageMessage | null;
+  videoMessage?: proto.Message.IVideoMessage | null;
+  documentMessage?: proto.Message.IDocumentMessage | null;
+}
+
+/**
+ * Business messages (button messages, templates such as one-time codes and notices, interactive
+ * messages) carry a text or a file inside: that, as the plain message it would be without
+ * buttons, or undefined for any other content. A file without a caption takes the words as one.
+ */
+function businessContent(content: proto.IMessage): proto.IMessage | undefined {
+  const template = content.templateMessage;
+  const interactive = content.interactiveMessage ?? template?.interactiveMessageTemplate;
+  const buttons = content.buttonsMessage;
+  const hydrated = template?.hydratedTemplate ?? template?.hydratedFourRowTemplate;
+  let parts: BusinessParts | undefined;
+  if (buttons) parts = { ...buttons, text: buttons.contentText ?? buttons.text };
+  else if (hydrated) parts = { ...hydrated, text: hydrated.hydratedContentText };
+  else if (interactive) parts = { ...interactive.header, text: interactive.body?.text };
+  if (!parts) return undefined;
+  const words = parts.text || null;
+  if (parts.imageMessage) return { imageMessage: { ...parts.imageMessage, caption: parts.imageMessage.caption || words } };
+  if (parts.videoMessage) return { videoMessage: { ...parts.videoMessage, caption: parts.videoMessage.caption || words } };
+  if (parts.documentMessage) return { documentMessage: { ...parts.documentMessage, caption: parts.documentMessage.caption || words } };
+  return words === null ? undefined : { conversation: words };
 }
 
 type MediaProto =

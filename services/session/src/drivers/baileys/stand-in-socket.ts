@@ -32,8 +32,10 @@ export interface RelayedMessage {
   messageId: string | undefined;
 }
 
-/** How the next relayMessage calls behave. */
-export type RelayBehaviour = 'accept' | 'hang' | 'close';
+/** How the next relayMessage calls behave: answered; never answered; the connection drops while
+ *  the stanza is being written (it may have left); or it drops before (a device query the close
+ *  ended rejects with 428, as in Baileys, and nothing is written). */
+export type RelayBehaviour = 'accept' | 'hang' | 'close' | 'close-before-write';
 
 /** The simulated server side, shared by all sockets one driver creates over its life. */
 export class StandInNetwork {
@@ -55,6 +57,8 @@ export class StandInNetwork {
   reuploads = 0;
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
+  /** The connection drops while the next media upload asks for its media hosts (428, as Baileys' refreshMediaConn query). */
+  uploadCloses = false;
   /** Phone digits that have no WhatsApp account. */
   readonly notOnNetwork = new Set<string>();
   readonly groups = new Map<string, GroupMetadata>();
@@ -218,11 +222,16 @@ export class StandInSocket implements BaileysSocket {
       this.network.groupRelays.push({ jid, cached: !!(await this.config.cachedGroupMetadata?.(jid)) });
       if (!this.network.groupRelays.at(-1)!.cached) await this.groupMetadata(jid);
     }
-    this.network.relayed.push({ jid, message, messageId: opts.messageId });
-    if (behaviour === 'close') {
-      // The node went out, then the connection dropped before the server acknowledged it.
+    if (behaviour === 'close-before-write') {
       void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
       throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+    }
+    this.network.relayed.push({ jid, message, messageId: opts.messageId });
+    if (behaviour === 'close') {
+      // The write failed part-way (the ws library's send callback): whether the server got the
+      // stanza is unknown. Baileys passes that error on as it is, without a status code.
+      void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
+      throw new Error('write ECONNRESET');
     }
     if (this.network.opts.auto && opts.messageId) this.acknowledge(jid, opts.messageId);
     return opts.messageId ?? '';
@@ -254,6 +263,13 @@ export class StandInSocket implements BaileysSocket {
   }
 
   readonly waUploadToServer: WAMediaUploadFunction = async (encFilePath, { mediaType }) => {
+    // Like getWAUploadToServer: the media hosts come from a query on the socket first.
+    this.assertOpen();
+    if (this.network.uploadCloses) {
+      this.network.uploadCloses = false;
+      void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
+      throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+    }
     if (this.network.uploadFails) throw new Boom('Media upload failed on all hosts', { statusCode: 500 });
     const id = randomBytes(8).toString('hex');
     this.network.uploads.set(id, await readFile(encFilePath));
