@@ -139,7 +139,7 @@ describe('media end to end', function () {
     assert.equal(res.headers.get('content-type'), 'application/octet-stream');
     assert.ok(Buffer.from(await res.arrayBuffer()).equals(Buffer.from(mediaFixtures.pdf.base64(), 'base64')));
     // Nor one that is no media type: served as plain bytes, never as a type a browser would guess at.
-    for (const mimetype of ['bogus', '   ']) {
+    for (const mimetype of ['bogus', '   ', 'application/pdf\n;x=1', 'application/pdf\u2028;x=1', 'application/pdf\u00a0;x=1']) {
       const odd = await t.admin.post(`/sandbox/instances/${inst.id}/inbound`, { from: '5511977776666', type: 'document', mediaBase64: mediaFixtures.pdf.base64(), mimetype, fileName: 'odd.pdf' });
       const oddRecord = await eventually(async () => ((await t.admin.get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === odd.body.messageId));
       const download = await fetch(t.url + new URL(oddRecord.media.url).pathname, { headers: { authorization: `Bearer ${inst.apiToken}` } });

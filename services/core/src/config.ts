@@ -67,8 +67,8 @@ export function requireSettings(env: Env, required: Record<string, string>): voi
 const DEFAULT_RETRY_SCHEDULE = '0,5000,300000,1800000,7200000,18000000,36000000,36000000';
 /** The longest delay WEBHOOK_RETRY_SCHEDULE may hold. */
 const MAX_RETRY_DELAY_MS = 30 * 86_400_000;
-/** A DNS name (RFC 1123 labels), as HOST may give one. */
-const HOST_NAME = /^(?=.{1,253}\.?$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
+/** A DNS name (RFC 1123 labels, and `_`, which container DNS gives service names), as HOST may give one. */
+const HOST_NAME = /^(?=.{1,253}\.?$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$/i;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** Reads and validates the configuration; throws ConfigError listing every bad variable. */

@@ -141,7 +141,7 @@ describe('configuration', () => {
     for (const host of ['http://0.0.0.0', '0.0.0.0:8080', 'two words', '-bad.example']) {
       assert.throws(() => loadConfig({ HOST: host, PORT: 'x' }), (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith('HOST: ')) && err.problems.length === 2, host);
     }
-    for (const host of ['0.0.0.0', '::', '::1', '127.0.0.1', 'localhost', 'gateway.switchboard.svc.cluster.local']) assert.equal(loadConfig({ HOST: host }).host, host);
+    for (const host of ['0.0.0.0', '::', '::1', '127.0.0.1', 'localhost', 'gateway.switchboard.svc.cluster.local', 'my_host', 'fe80::1%eth0']) assert.equal(loadConfig({ HOST: host }).host, host);
   });
 
   it('makes the server exit non-zero with the bad variable named', async function () {

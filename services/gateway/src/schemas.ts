@@ -54,7 +54,7 @@ export const SendBody = z
     text: z.string().max(16000).nullish().describe('The message of type text (required there). Media types take their words in caption; a non-empty text there is refused.'),
     base64: z.string().nullish().describe('The file of a media type, standard base64 without a data: prefix; at most 32 MiB decoded.'),
     mimetype: z.string().max(255).nullish().describe('The file\'s type, required for media types: image/*, video/*, audio/* for those types; any for a document; for a sticker image/webp, or image/png, image/jpeg, image/gif, image/bmp or image/tiff, which are converted to a 512×512 WebP (422 when the file cannot be decoded).'),
-    caption: z.string().max(16000).nullish().describe('Words shown with an image, video or document. Refused on audio, and when non-empty on text; a sticker\'s is kept with the item but shown by no recipient.'),
+    caption: z.string().max(16000).nullish().describe('Words shown with an image, video or document. Refused when non-empty on audio and on text; a sticker\'s is kept with the item but shown by no recipient.'),
     fileName: z.string().max(255).nullish().describe('Shown by recipients of a document; an empty string is none.'),
     ptt: z.boolean().nullish().describe('On audio: true converts it to an Ogg Opus voice note (422 when the audio cannot be decoded). true on other types is 422.'),
   })

@@ -325,9 +325,17 @@ describe('baileys driver: connection', () => {
     await until(() => r.network.sockets.length === 1, 'socket');
     r.sock().showQr();
     await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan');
+    const notReady = (err: { status?: number; code?: string }) => (assert.deepEqual([err.status, err.code], [503, 'pairing_not_ready']), true);
     // The close is known at once; its handling may wait behind other events, the request does not.
     void r.sock().drop(DisconnectReason.connectionLost, 'Connection was lost');
-    await assert.rejects(r.driver.requestPairingCode('5511988887777'), (err: { status?: number; code?: string }) => (assert.deepEqual([err.status, err.code], [503, 'pairing_not_ready']), true));
+    await assert.rejects(r.driver.requestPairingCode('5511988887777'), notReady);
+    assert.equal(r.network.callsAfterClose, 0, 'nothing asked of the closed socket');
+    // A close while the request waits for the server.
+    await until(() => r.network.sockets.length === 2, 'a new socket');
+    r.sock().showQr();
+    await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan again');
+    r.network.pairingRequestCloses = true;
+    await assert.rejects(r.driver.requestPairingCode('5511988887777'), notReady);
     assert.deepEqual(r.network.pairingRequests, []);
   });
 
@@ -364,6 +372,8 @@ describe('baileys driver: connection', () => {
     await until(() => r.network.sockets.length === 2, 'the first restart at once');
     const askedAgain = Date.now();
     await r.sock().drop(DisconnectReason.restartRequired);
+    await until(() => r.listener.state === 'reconnecting', 'the wait is reported');
+    assert.deepEqual(r.listener.states.at(-1), { state: 'reconnecting', reason: 'restart_required' });
     await until(() => r.network.sockets.length === 3, 'the second after its backoff');
     assert.ok(Date.now() - askedAgain >= 290, `waited ${Date.now() - askedAgain} ms`);
   });
@@ -672,6 +682,7 @@ describe('baileys driver: sending', () => {
     const stale = await connectedRig();
     void stale.sock().drop(DisconnectReason.connectionLost, 'Connection was lost');
     await rejectsWith(stale.driver.send(text(mid(), phoneTo())), NOT_CONNECTED, true);
+    assert.equal(stale.network.callsAfterClose, 0, 'nothing asked of the closed socket');
     assert.deepEqual([r, upload, stale].map((rig) => rig.network.relayed.length), [0, 0, 0], 'nothing was written');
   });
 
@@ -854,6 +865,11 @@ describe('baileys driver: receiving', () => {
     assert.deepEqual([interactive?.type, interactive?.text], ['text', 'Confirm your booking']);
     const withFile = await deliver(r, received({ chat, message: wire({ templateMessage: { hydratedTemplate: { hydratedContentText: 'Your invoice', documentMessage: { mimetype: 'application/pdf', fileName: 'invoice.pdf', url: 'https://mmg.whatsapp.net/z', mediaKey: randomBytes(32) } } } }) }));
     assert.deepEqual([withFile?.type, withFile?.text, withFile?.media?.fileName, withFile?.media?.mimetype], ['document', 'Your invoice', 'invoice.pdf', 'application/pdf']);
+    const titled = await deliver(r, received({ chat, message: wire({ buttonsMessage: { contentText: '', text: 'Only a title', headerType: proto.Message.ButtonsMessage.HeaderType.TEXT } }) }));
+    assert.deepEqual([titled?.type, titled?.text], ['text', 'Only a title']);
+    // Senders wrap buttons in a view-once envelope: the file is no single-view file.
+    const enveloped = await deliver(r, received({ chat, message: wire({ viewOnceMessage: { message: { interactiveMessage: { body: { text: 'Your ticket' }, header: { hasMediaAttachment: true, imageMessage: { mimetype: 'image/jpeg', url: 'https://mmg.whatsapp.net/t', mediaKey: randomBytes(32) } } } } } }) }));
+    assert.deepEqual([enveloped?.type, enveloped?.text, enveloped?.media?.viewOnce], ['image', 'Your ticket', false]);
     const empty = await deliver(r, received({ chat, message: wire({ buttonsMessage: { buttons: [{ buttonId: 'a' }] } }) }));
     assert.equal(empty, undefined, 'nothing to show: not recorded');
   });

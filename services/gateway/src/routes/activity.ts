@@ -155,7 +155,7 @@ function extensionFor(mimetype: string): string {
 }
 
 /** `type/subtype`, then parameters of visible ASCII: what a Content-Type header may carry. */
-const MEDIA_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(\s*;[\x20-\x7e]*)?$/;
+const MEDIA_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+([ \t]*;[\x20-\x7e]*)?$/;
 
 /** A stored mimetype came from a sender (any WhatsApp contact, or an API client's quoted
  *  parameter): one that is no media type a header can carry (`bogus`, blanks, non-ASCII) is

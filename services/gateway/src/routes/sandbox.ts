@@ -8,6 +8,7 @@ import type { Route } from '../http/route.ts';
 import { callSession, loadInstance } from './common.ts';
 
 const Phone = z.string().regex(/^\d{8,15}$/, 'phone digits with country code (8-15)');
+const Lid = z.string().regex(/^\d{1,30}@lid$/, '<digits>@lid');
 const bodies = {
   scan: z.object({ phone: Phone }),
   pair: z.object({ code: z.string().min(1).max(32) }),
@@ -17,7 +18,7 @@ const bodies = {
     text: z.string().max(16000).optional(),
     caption: z.string().max(16000).optional(),
     group: z.string().regex(/^\d{1,30}(-\d{1,15})?@g\.us$/, '<digits>@g.us').optional(),
-    lid: z.string().regex(/^\d{1,30}@lid$/, '<digits>@lid').optional(),
+    lid: Lid.optional(),
     name: z.string().max(256).optional(),
     fromMe: z.boolean().optional(),
     mediaBase64: z.string().optional(),
@@ -31,7 +32,7 @@ const bodies = {
   presence: z.object({
     from: Phone,
     presence: z.enum(['available', 'unavailable', 'composing', 'recording', 'paused']),
-    lid: z.string().regex(/^\d{1,30}@lid$/, '<digits>@lid').optional(),
+    lid: Lid.optional(),
   }),
   drop: z.object({ reason: z.enum(['connection_lost', 'logged_out']) }),
 };

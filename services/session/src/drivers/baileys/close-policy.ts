@@ -5,7 +5,7 @@ import { DisconnectReason } from '@whiskeysockets/baileys';
 export type CloseAction =
   /** Pairing finished (515): the server wants a fresh connection with the new credentials. */
   | { kind: 'restart' }
-  /** Transient (405/408/428/500/503/unknown): reconnect with backoff. */
+  /** Transient (402/405/408/428/500/503/unknown): reconnect with backoff. */
   | { kind: 'reconnect'; reason: string }
   /** The device is unlinked or refused (401/403/406/411): clear credentials, stop. */
   | { kind: 'logged_out'; reason: string }
@@ -19,10 +19,11 @@ export function closeCode(error: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
-/** Baileys' refusal of a request on a closed connection (428), thrown before anything is written:
- *  by a send on a closed socket, or by a query the close ended. Such a request never left. */
+/** A request the connection's close refused before it was written: Baileys throws 428 for a
+ *  stanza to a closed socket, and rejects a query still waiting when the WebSocket closes with
+ *  the close code itself (a number such as 1006, from its waitForMessage). Neither left. */
 export function closedUnder(error: unknown): boolean {
-  return closeCode(error) === DisconnectReason.connectionClosed;
+  return typeof error === 'number' || closeCode(error) === DisconnectReason.connectionClosed;
 }
 
 /** Socket errors that mean the WhatsApp servers could not be reached at all (DNS, routing, refusal). */

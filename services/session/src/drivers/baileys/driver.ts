@@ -224,7 +224,7 @@ export class BaileysDriver implements NetworkDriver {
     }
     const code = await sock.requestPairingCode(phone).catch((error) => {
       // The socket closed under the request: nothing was asked of the phone; a new one is coming.
-      if (closedUnder(error)) throw problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.');
+      if (closedUnder(error)) throw pairingNotReady();
       throw error;
     });
     const expiresAt = new Date(Math.min(Date.now() + PAIRING_CODE_TTL_MS, this.readySince + budget));
@@ -242,7 +242,7 @@ export class BaileysDriver implements NetworkDriver {
       if (this.sock === old) this.sock = null;
       if (this.readySocket === old) this.readySocket = null;
       this.reopenFailed(error);
-      throw problems.unavailable('pairing_not_ready', 'The network session is not ready for pairing yet; try again.');
+      throw pairingNotReady();
     } finally {
       await old?.end(undefined).catch(() => {});
     }
@@ -331,11 +331,11 @@ export class BaileysDriver implements NetworkDriver {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter);
-        const detail =
+        reject(
           this.lastCloseReason === 'server_unreachable'
-            ? 'The WhatsApp servers cannot be reached from this service (it needs outbound access to web.whatsapp.com:443); pairing is not possible until they can.'
-            : 'The network session is not ready for pairing yet; try again.';
-        reject(problems.unavailable('pairing_not_ready', detail));
+            ? pairingNotReady('The WhatsApp servers cannot be reached from this service (it needs outbound access to web.whatsapp.com:443); pairing is not possible until they can.')
+            : pairingNotReady(),
+        );
       }, timeoutMs);
       const waiter = {
         resolve: (sock: BaileysSocket) => (clearTimeout(timer), resolve(sock)),
@@ -439,7 +439,10 @@ export class BaileysDriver implements NetworkDriver {
     switch (action.kind) {
       case 'restart':
         // Once (after pairing) at once; a server that keeps asking is not answered in a tight loop.
-        if (this.restartsSinceOpen++ > 0) return this.scheduleReconnect();
+        if (this.restartsSinceOpen++ > 0) {
+          await this.report('reconnecting', { reason: 'restart_required' });
+          return this.scheduleReconnect();
+        }
         // A failed reopen (e.g. credentials unreadable for a moment) must not leave us without a socket.
         await this.openSocket().catch((error) => this.reopenFailed(error));
         return;
@@ -585,7 +588,7 @@ export class BaileysDriver implements NetworkDriver {
       });
     } catch (error) {
       // An upload that met a closed connection is no verdict on the file: back to the queue.
-      if (closedUnder(error)) throw new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
+      if (closedUnder(error) || this.endedSockets.has(sock)) throw new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
       throw new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
     }
     const full = generateWAMessageFromContent(jid, prepared, { userJid: sock.user?.id ?? '', messageId: msg.messengerId });
@@ -595,8 +598,8 @@ export class BaileysDriver implements NetworkDriver {
     try {
       await withTimeout(sock.relayMessage(jid, full.message!, { messageId: msg.messengerId }), this.opts.sendTimeoutMs ?? 30_000, 'send');
     } catch (error) {
-      // Baileys refuses with 428 before the stanza is written (a closed socket, or a query the
-      // close ended): nothing left, so the send goes back to the queue. Anything else may have left.
+      // Refused by the close before the stanza was written (see closedUnder): nothing left, so
+      // the send goes back to the queue. Anything else may have left.
       if (closedUnder(error)) throw new SendError(NOT_CONNECTED, `the connection closed before the message left: ${errorSummary(error)}`, true);
       const timedOut = error instanceof TimeoutError;
       throw new SendError(timedOut ? 'timeout' : 'connection_lost', `the send was interrupted: ${errorSummary(error)}`, false);
@@ -730,6 +733,10 @@ function errorSummary(error: unknown): string {
 function quieterLevel(parent: Logger, wanted: string): string {
   const wantedValue = parent.levels.values[wanted] ?? parent.levels.values.warn;
   return parent.levelVal > wantedValue ? parent.level : wanted;
+}
+
+function pairingNotReady(detail = 'The network session is not ready for pairing yet; try again.'): Problem {
+  return problems.unavailable('pairing_not_ready', detail);
 }
 
 function stoppedWhilePairing(): Problem {

@@ -35,7 +35,10 @@ export function unwrap(message: proto.IMessage | null | undefined): Unwrapped {
     else if (editedProtocol) content = editedProtocol;
     else break;
   }
-  return { content: content && (businessContent(content) ?? content), viewOnce };
+  // A business message's view-once wrapper is its envelope (senders wrap buttons in one), not a
+  // single-view file: its file is kept.
+  const business = content && businessContent(content);
+  return business ? { content: business, viewOnce: false } : { content, viewOnce };
 }
 
 /** What a business message shows besides its buttons; its words or its one file. */
@@ -57,7 +60,7 @@ function businessContent(content: proto.IMessage): proto.IMessage | undefined {
   const buttons = content.buttonsMessage;
   const hydrated = template?.hydratedTemplate ?? template?.hydratedFourRowTemplate;
   let parts: BusinessParts | undefined;
-  if (buttons) parts = { ...buttons, text: buttons.contentText ?? buttons.text };
+  if (buttons) parts = { ...buttons, text: buttons.contentText || buttons.text };
   else if (hydrated) parts = { ...hydrated, text: hydrated.hydratedContentText };
   else if (interactive) parts = { ...interactive.header, text: interactive.body?.text };
   if (!parts) return undefined;

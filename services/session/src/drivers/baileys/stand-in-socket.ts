@@ -33,8 +33,8 @@ export interface RelayedMessage {
 }
 
 /** How the next relayMessage calls behave: answered; never answered; the connection drops while
- *  the stanza is being written (it may have left); or it drops before (a device query the close
- *  ended rejects with 428, as in Baileys, and nothing is written). */
+ *  the stanza is being written (it may have left); or it drops while a device query waits, before
+ *  anything is written (Baileys rejects the query with the WebSocket's close code, a number). */
 export type RelayBehaviour = 'accept' | 'hang' | 'close' | 'close-before-write';
 
 /** The simulated server side, shared by all sockets one driver creates over its life. */
@@ -57,8 +57,12 @@ export class StandInNetwork {
   reuploads = 0;
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
-  /** The connection drops while the next media upload asks for its media hosts (428, as Baileys' refreshMediaConn query). */
+  /** The connection drops while the next media upload asks for its media hosts (Baileys' refreshMediaConn query). */
   uploadCloses = false;
+  /** The connection drops while the next pairing-code request waits for the server. */
+  pairingRequestCloses = false;
+  /** Calls the driver made on a socket already closed (Baileys refuses them with 428). */
+  callsAfterClose = 0;
   /** Phone digits that have no WhatsApp account. */
   readonly notOnNetwork = new Set<string>();
   readonly groups = new Map<string, GroupMetadata>();
@@ -181,6 +185,7 @@ export class StandInSocket implements BaileysSocket {
 
   async requestPairingCode(phoneNumber: string): Promise<string> {
     this.assertOpen();
+    if (this.network.pairingRequestCloses) return this.closeUnderQuery();
     const code = bytesToCrockford(randomBytes(5));
     this.config.auth.creds.pairingCode = code;
     this.config.auth.creds.me = { id: jidEncode(phoneNumber, 's.whatsapp.net'), name: '~' };
@@ -222,10 +227,7 @@ export class StandInSocket implements BaileysSocket {
       this.network.groupRelays.push({ jid, cached: !!(await this.config.cachedGroupMetadata?.(jid)) });
       if (!this.network.groupRelays.at(-1)!.cached) await this.groupMetadata(jid);
     }
-    if (behaviour === 'close-before-write') {
-      void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
-      throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
-    }
+    if (behaviour === 'close-before-write') return this.closeUnderQuery();
     this.network.relayed.push({ jid, message, messageId: opts.messageId });
     if (behaviour === 'close') {
       // The write failed part-way (the ws library's send callback): whether the server got the
@@ -267,8 +269,7 @@ export class StandInSocket implements BaileysSocket {
     this.assertOpen();
     if (this.network.uploadCloses) {
       this.network.uploadCloses = false;
-      void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
-      throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+      return this.closeUnderQuery();
     }
     if (this.network.uploadFails) throw new Boom('Media upload failed on all hosts', { statusCode: 500 });
     const id = randomBytes(8).toString('hex');
@@ -318,7 +319,17 @@ export class StandInSocket implements BaileysSocket {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+    if (!this.closed) return;
+    this.network.callsAfterClose++;
+    throw new Boom('Connection Closed', { statusCode: DisconnectReason.connectionClosed });
+  }
+
+  /** The connection drops while a query waits for its answer: Baileys' waitForMessage rejects
+   *  with what the WebSocket's 'close' event passes, its close code. */
+  private closeUnderQuery(): Promise<never> {
+    void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
+    // eslint-disable-next-line prefer-promise-reject-errors -- what Baileys rejects with
+    return Promise.reject(1006);
   }
 }
 
