@@ -328,8 +328,7 @@ export class StandInSocket implements BaileysSocket {
    *  with what the WebSocket's 'close' event passes, its close code. */
   private closeUnderQuery(): Promise<never> {
     void this.drop(DisconnectReason.connectionLost, 'Connection was lost');
-    // eslint-disable-next-line prefer-promise-reject-errors -- what Baileys rejects with
-    return Promise.reject(1006);
+    return Promise.reject(1006); // what Baileys rejects with, not an Error
   }
 }
 
