@@ -668,8 +668,8 @@ describe('baileys driver: sending', () => {
   });
 
   it('puts a send back in the queue when the connection closed before the message left', async () => {
-    // Baileys refuses with 428 before writing: a device query the close ended, a media upload
-    // whose host query met the close, or a socket whose close is still waiting its turn.
+    // Refused by the close before anything was written: a device query the close cut off, a media
+    // upload whose host query met it, or a socket whose close is still waiting its turn.
     const r = await connectedRig();
     r.network.relayBehaviour = 'close-before-write';
     await rejectsWith(r.driver.send(text(mid(), phoneTo())), NOT_CONNECTED, true);

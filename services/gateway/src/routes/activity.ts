@@ -154,7 +154,7 @@ function extensionFor(mimetype: string): string {
   return EXTENSIONS[mimetype.split(';')[0].trim()] ?? '';
 }
 
-/** `type/subtype`, then parameters of visible ASCII: what a Content-Type header may carry. */
+/** `type/subtype`, then parameters of printable ASCII: what a Content-Type header may carry. */
 const MEDIA_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+([ \t]*;[\x20-\x7e]*)?$/;
 
 /** A stored mimetype came from a sender (any WhatsApp contact, or an API client's quoted
