@@ -47,7 +47,6 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
     if (repeated) throw problems.badRequest('duplicate_header', `Send one ${repeated} header, not several.`);
     await next();
   });
-  app.use(metricsEndpoint(metrics));
   // Around the rate limiter (see origin.ts): CORS headers before it, so an allowed page can read a
   // 429; the origin's verdict after it, so a refused or preflight request is counted too.
   const origins = originPolicy(deps.config.publicBaseUrl, deps.config.allowedOrigins);
@@ -57,6 +56,7 @@ export function createGatewayApp(deps: GatewayDeps, routes: Route[] = allRoutes(
   app.use(dashboardMiddleware());
 
   const router = new Router();
+  router.get('/metrics', metricsEndpoint(metrics));
   for (const r of routes) router[r.method](koaPath(r.path), (ctx: Context) => handle(ctx, r, deps));
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));

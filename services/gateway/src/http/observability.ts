@@ -7,8 +7,7 @@
 // middleware reuses it instead of nesting a second one.
 import type { Context, Next } from 'koa';
 import { context, trace } from '@opentelemetry/api';
-import { probePath } from './probe-paths.ts';
-import { contextFromHeaders, markFailed, Problem, scrubCredentials, scrubPath, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
+import { contextFromHeaders, markFailed, scrubCredentials, scrubPath, secretForms, SpanKind, tracer, type Logger, type Metrics } from '@switchboard/core';
 
 /** Route label of requests that matched no route (bounded: never the raw path). */
 const UNMATCHED = 'unmatched';
@@ -48,18 +47,11 @@ export function observeRequests(metrics: Metrics, log: Logger, secrets: readonly
   };
 }
 
-/** GET /metrics: the Prometheus exposition, without credentials (like /health). It answers
- *  methods as the router's paths do: HEAD like GET, OPTIONS with Allow, others 405. */
+/** GET /metrics: the Prometheus exposition, without credentials (like /health). Served by the
+ *  router beside the routes (HEAD, OPTIONS and 405 as on every path), but not one of them: the
+ *  OpenAPI document describes the API, not the scrape. */
 export function metricsEndpoint(metrics: Metrics) {
-  return async (ctx: Context, next: Next): Promise<void> => {
-    if (probePath(ctx.path) !== '/metrics') return next();
-    ctx.set('Allow', 'HEAD, GET');
-    if (ctx.method === 'OPTIONS') {
-      ctx.status = 200;
-      ctx.body = '';
-      return;
-    }
-    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') throw new Problem(405, 'method_not_allowed', `${ctx.method} is not allowed on this path.`);
+  return async (ctx: Context): Promise<void> => {
     ctx.body = await metrics.render();
     ctx.type = metrics.contentType;
   };
@@ -67,6 +59,5 @@ export function metricsEndpoint(metrics: Metrics) {
 
 function routeOf(ctx: Context): string {
   const matched = (ctx as Context & { _matchedRoute?: string | RegExp })._matchedRoute;
-  if (typeof matched === 'string') return matched;
-  return probePath(ctx.path) === '/metrics' ? '/metrics' : UNMATCHED;
+  return typeof matched === 'string' ? matched : UNMATCHED;
 }

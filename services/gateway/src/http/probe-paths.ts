@@ -2,13 +2,8 @@
 // are neither rate limited nor checked as browsers.
 const PROBE_PATHS: ReadonlySet<string> = new Set(['/health', '/ready', '/metrics']);
 
-/** The probe a path names as the router matches it (in any case, with one trailing slash), or
- *  undefined. Every probe answers each of its spellings, so none of them is exempt for nothing. */
-export function probePath(path: string): string | undefined {
-  const normal = path.toLowerCase().replace(/\/$/, '');
-  return PROBE_PATHS.has(normal) ? normal : undefined;
-}
-
+/** Whether a path names a probe as the router matches it (in any case, with one trailing slash):
+ *  every probe answers each of the spellings exempted, so none is exempt for nothing. */
 export function isProbePath(path: string): boolean {
-  return probePath(path) !== undefined;
+  return PROBE_PATHS.has(path.toLowerCase().replace(/\/$/, ''));
 }
