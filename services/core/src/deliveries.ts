@@ -205,7 +205,10 @@ async function retryExhaustedChunk(trx: Knex.Transaction, instanceId: string, af
   const byUrl = new Map<string, string[]>();
   for (const row of rows) {
     const route = routeNow(row, instance);
-    if (route.status === 'pending') byUrl.set(route.url, byUrl.get(route.url)?.concat(row.event_id) ?? [row.event_id]);
+    if (route.status !== 'pending') continue;
+    const eventIds = byUrl.get(route.url) ?? [];
+    eventIds.push(row.event_id);
+    byUrl.set(route.url, eventIds);
   }
   let retried = 0;
   for (const [url, eventIds] of byUrl) {
