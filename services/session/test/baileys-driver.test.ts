@@ -686,6 +686,41 @@ describe('baileys driver: sending', () => {
     assert.deepEqual([r, upload, stale].map((rig) => rig.network.relayed.length), [0, 0, 0], 'nothing was written');
   });
 
+  it('reconnects to ask the media hosts again when the socket keeps a failed answer, at most once in a while', async () => {
+    // Baileys keeps a failed media-hosts query for the socket's life: without a new socket every
+    // later media send would fail. The send goes back to the queue and waits for the reconnect.
+    const image = (): OutboundMessage => ({ messengerId: mid(), to: phoneTo(), type: 'image', media: randomBytes(100), mimetype: 'image/jpeg' });
+    const r = await connectedRig();
+    const first = r.sock();
+    r.network.mediaHostsQueryErrors = 1;
+    await rejectsWith(r.driver.send(image()), NOT_CONNECTED, true);
+    assert.equal(first.isClosed, true, 'the socket that kept the failure is ended');
+    await until(() => r.listener.state === 'reconnecting', 'the renewal is reported');
+    assert.deepEqual(r.listener.states.at(-1), { state: 'reconnecting', reason: 'media_hosts_unavailable' });
+    await until(() => r.sock() !== first, 'a new socket');
+    r.sock().open();
+    await until(() => r.listener.state === 'connected', 'connected again');
+    await r.driver.send(image());
+    assert.deepEqual([r.network.uploads.size, r.network.mediaHostsQueries], [1, 2], 'the new socket asked again and uploaded');
+
+    // Hosts that keep failing soon after: the sends fail, the session is not reconnected in a loop.
+    const socketsBefore = r.network.sockets.length;
+    r.network.mediaHostsQueryErrors = 1;
+    await r.sock().refreshMediaConn(true).catch(() => {}); // the kept answer expired and its renewal failed
+    await rejectsWith(r.driver.send(image()), 'media_upload_failed', true);
+    await rejectsWith(r.driver.send(image()), 'media_upload_failed', true);
+    await settled();
+    assert.equal(r.network.sockets.length, socketsBefore, 'no second reconnect');
+    assert.equal(r.listener.state, 'connected');
+    assert.equal(r.network.mediaHostsQueries, 3, 'the failed answer is kept, as Baileys does');
+
+    // An upload that fails while the media hosts are known is the file's failure: no reconnect.
+    const other = await connectedRig({ mediaHostsRenewalMs: 0 });
+    other.network.uploadFails = true;
+    await rejectsWith(other.driver.send(image()), 'media_upload_failed', true);
+    assert.equal(other.sock().isClosed, false);
+  });
+
   it('is uncertain when the connection closes or times out after the message went to the socket', async () => {
     const r = await connectedRig({ sendTimeoutMs: 60 });
     r.network.relayBehaviour = 'hang';

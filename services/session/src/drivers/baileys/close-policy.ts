@@ -26,6 +26,18 @@ export function closedUnder(error: unknown): boolean {
   return typeof error === 'number' || closeCode(error) === DisconnectReason.connectionClosed;
 }
 
+/** We ended a socket ourselves because it can no longer do something a new one can: reconnect,
+ *  with the reason it names. */
+class SocketRenewal extends Error {
+  constructor(readonly reason: string) {
+    super(`socket renewed: ${reason}`);
+  }
+}
+
+export function socketRenewal(reason: string): Error {
+  return new SocketRenewal(reason);
+}
+
 /** Socket errors that mean the WhatsApp servers could not be reached at all (DNS, routing, refusal). */
 const UNREACHABLE_ERRNOS = new Set(['ENOTFOUND', 'EAI_AGAIN', 'ECONNREFUSED', 'ENETUNREACH', 'EHOSTUNREACH', 'ETIMEDOUT', 'ENETDOWN']);
 
@@ -41,6 +53,7 @@ function errnoOf(error: unknown): string | undefined {
  * the QR in time" from an ordinary drop; the action stays the same.
  */
 export function closeAction(code: number | undefined, error?: unknown): CloseAction {
+  if (error instanceof SocketRenewal) return { kind: 'reconnect', reason: error.reason };
   const action = actionByCode(code);
   if (action.kind !== 'reconnect') return action;
   const errno = errnoOf(error);

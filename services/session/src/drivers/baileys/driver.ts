@@ -39,7 +39,7 @@ import {
   type Receipt,
 } from '@switchboard/core';
 import { forgetUnfinishedPairing, hasLinkedAccount, loadCreds, makeSignalKeyStore, saveCreds } from './auth-state.ts';
-import { backoffDelay, closeAction, closeCode, closeDetail, closedUnder, DEFAULT_BACKOFF, type BackoffOptions } from './close-policy.ts';
+import { backoffDelay, closeAction, closeCode, closeDetail, closedUnder, DEFAULT_BACKOFF, socketRenewal, type BackoffOptions } from './close-policy.ts';
 import { normaliseMessage, type NormaliseDeps } from './inbound.ts';
 import { destinationJid, isPersonJid, lidSide, normalised, phoneOf } from './jids.ts';
 import { downloadWithRetry } from './media-download.ts';
@@ -78,6 +78,9 @@ export interface BaileysDriverOptions {
    * with neither the driver stays down and leaves it to the worker.
    */
   stillOwner?: (instanceId: string) => Promise<boolean>;
+  /** The least time between two reconnects for media hosts the socket can no longer ask for
+   *  (MEDIA_HOSTS_RENEWAL_MS); tests shorten it. */
+  mediaHostsRenewalMs?: number;
   /** Baileys' own log level; its debug output can contain key material, so keep it at warn. */
   baileysLogLevel?: string;
   /** The WhatsApp Web version sockets announce; createBaileysDriver gives its drivers one source. */
@@ -96,6 +99,11 @@ const PAIRING_WINDOW_MS = 100_000;
 /** Error codes of a group query that mean the instance may not send there (a bad group id, not
  *  authorised, not a member, no such group); others (rate limit, server errors) are passing. */
 const GROUP_REFUSALS = new Set([400, 401, 403, 404, 406]);
+/** At most one reconnect in this time to ask the media hosts again: hosts WhatsApp keeps refusing
+ *  fail the media sends instead of reconnecting the session in a loop. */
+const MEDIA_HOSTS_RENEWAL_MS = 10 * 60_000;
+/** How long the check of a socket's media hosts may wait for the server. */
+const MEDIA_HOSTS_CHECK_MS = 10_000;
 /** Entries a look-up cache (groups, numbers, watched contacts) holds at most. */
 const CACHE_LIMIT = 10_000;
 const GROUP_METADATA_TTL_MS = 60_000;
@@ -142,6 +150,8 @@ export class BaileysDriver implements NetworkDriver {
   /** Sockets known closed at once, while their close may still wait its turn behind slow events:
    *  nothing is sent or asked on them in the meantime. */
   private readonly endedSockets = new WeakSet<BaileysSocket>();
+  /** When a socket was last ended to ask the media hosts again. */
+  private mediaHostsRenewedAt = -Infinity;
   /** When readySocket showed its first QR: its pairing refs, and a code asked on it, run out from then. */
   private readySince = 0;
   private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
@@ -587,9 +597,7 @@ export class BaileysDriver implements NetworkDriver {
         jid,
       });
     } catch (error) {
-      // An upload that met a closed connection is no verdict on the file: back to the queue.
-      if (closedUnder(error) || this.endedSockets.has(sock)) throw new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
-      throw new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
+      throw await this.uploadFailure(sock, error);
     }
     const full = generateWAMessageFromContent(jid, prepared, { userJid: sock.user?.id ?? '', messageId: msg.messengerId });
     this.sent.remember(msg.messengerId, full.message!);
@@ -606,6 +614,25 @@ export class BaileysDriver implements NetworkDriver {
     }
     this.echoOwnSend(sock, full, msg);
     this.watchPresence(sock, jid);
+  }
+
+  /** What a failed media upload means for its send. Nothing was sent either way. */
+  private async uploadFailure(sock: BaileysSocket, error: unknown): Promise<SendError> {
+    // An upload that met a closed connection is no verdict on the file: back to the queue.
+    if (closedUnder(error) || this.endedSockets.has(sock)) return new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
+    const failed = new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
+    // Baileys keeps a failed media-hosts query (a time-out, a server error) for the socket's
+    // life: every later upload on it would fail, and only a new socket asks again.
+    const hostsKnown = await withTimeout(sock.refreshMediaConn(false), MEDIA_HOSTS_CHECK_MS, 'media hosts query').then(
+      () => true,
+      () => false,
+    );
+    if (hostsKnown || this.endedSockets.has(sock)) return failed;
+    if (Date.now() - this.mediaHostsRenewedAt < (this.opts.mediaHostsRenewalMs ?? MEDIA_HOSTS_RENEWAL_MS)) return failed;
+    this.mediaHostsRenewedAt = Date.now();
+    this.log.warn({ err: errorSummary(error) }, 'the socket can no longer ask where to upload media; reconnecting');
+    await sock.end(socketRenewal('media_hosts_unavailable'));
+    return new SendError(NOT_CONNECTED, 'the connection is renewed to ask again where to upload media', true);
   }
 
   /** chat.presence needs a subscription per contact and socket: asked for every contact a

@@ -4,6 +4,7 @@ import makeWASocket, {
   type BaileysEventEmitter,
   type Contact,
   type GroupMetadata,
+  type MediaConnInfo,
   type MessageRelayOptions,
   type UserFacingSocketConfig,
   type WAMediaUploadFunction,
@@ -25,6 +26,9 @@ export interface BaileysSocket {
   relayMessage(jid: string, message: proto.IMessage, opts: MessageRelayOptions): Promise<string>;
   /** Uploads an encrypted media file (used while preparing media content). */
   waUploadToServer: WAMediaUploadFunction;
+  /** Where to upload media (a query on the socket), kept until it expires; a failed answer is
+   *  kept too, until the socket ends. */
+  refreshMediaConn(forceGet?: boolean): Promise<MediaConnInfo>;
   /** Asks the sender's phone to re-upload media whose link expired; returns the refreshed message. */
   updateMediaMessage(message: WAMessage): Promise<WAMessage>;
   onWhatsApp(...phoneNumber: string[]): Promise<{ jid: string; exists: boolean }[] | undefined>;

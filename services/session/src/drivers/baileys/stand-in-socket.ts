@@ -16,6 +16,7 @@ import {
   makeEventBuffer,
   type BaileysEventMap,
   type GroupMetadata,
+  type MediaConnInfo,
   type MessageRelayOptions,
   type UserFacingSocketConfig,
   type WAMediaUploadFunction,
@@ -57,8 +58,12 @@ export class StandInNetwork {
   reuploads = 0;
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
-  /** The connection drops while the next media upload asks for its media hosts (Baileys' refreshMediaConn query). */
+  /** The connection drops while the next media-hosts query (Baileys' refreshMediaConn) waits for its answer. */
   uploadCloses = false;
+  /** How many of the next media-hosts queries the server answers with an error node. */
+  mediaHostsQueryErrors = 0;
+  /** Media-hosts queries asked, over all sockets. */
+  mediaHostsQueries = 0;
   /** The connection drops while the next pairing-code request waits for the server. */
   pairingRequestCloses = false;
   /** Calls the driver made on a socket already closed (Baileys refuses them with 428). */
@@ -102,6 +107,8 @@ export class StandInSocket implements BaileysSocket {
   readonly config: UserFacingSocketConfig;
   private closed = false;
   private buffering = false;
+  /** Like Baileys' `mediaConn`: the socket's last media-hosts query, a failed one included. */
+  private mediaConn: Promise<MediaConnInfo> | undefined;
 
   constructor(
     private readonly network: StandInNetwork,
@@ -265,17 +272,36 @@ export class StandInSocket implements BaileysSocket {
   }
 
   readonly waUploadToServer: WAMediaUploadFunction = async (encFilePath, { mediaType }) => {
-    // Like getWAUploadToServer: the media hosts come from a query on the socket first.
-    this.assertOpen();
-    if (this.network.uploadCloses) {
-      this.network.uploadCloses = false;
-      return this.closeUnderQuery();
-    }
+    // Like getWAUploadToServer: the media hosts come from the socket first.
+    await this.refreshMediaConn(false);
     if (this.network.uploadFails) throw new Boom('Media upload failed on all hosts', { statusCode: 500 });
     const id = randomBytes(8).toString('hex');
     this.network.uploads.set(id, await readFile(encFilePath));
     return { mediaUrl: `${this.network.mediaBaseUrl}/${mediaType}/${id}`, directPath: `/media/${mediaType}/${id}` };
   };
+
+  /** Like Baileys' refreshMediaConn: it awaits the last query first, so a failed one is thrown
+   *  again by every later call, until the socket ends. */
+  async refreshMediaConn(forceGet = false): Promise<MediaConnInfo> {
+    const media = await this.mediaConn;
+    if (!media || forceGet || Date.now() - media.fetchDate.getTime() > media.ttl * 1000) this.mediaConn = this.queryMediaHosts();
+    return this.mediaConn!;
+  }
+
+  private async queryMediaHosts(): Promise<MediaConnInfo> {
+    this.assertOpen();
+    this.network.mediaHostsQueries++;
+    if (this.network.uploadCloses) {
+      this.network.uploadCloses = false;
+      return this.closeUnderQuery();
+    }
+    if (this.network.mediaHostsQueryErrors > 0) {
+      this.network.mediaHostsQueryErrors--;
+      // Like Baileys' query: the server's error node becomes a Boom carrying its code as `data`.
+      throw new Boom('internal-server-error', { data: 500 });
+    }
+    return { hosts: [{ hostname: 'mmg.whatsapp.net', maxContentLengthBytes: 104_857_600 }], auth: randomBytes(8).toString('hex'), ttl: 300, fetchDate: new Date() };
+  }
 
   async updateMediaMessage(message: WAMessage): Promise<WAMessage> {
     this.assertOpen();
