@@ -18,7 +18,7 @@ import {
   GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, SESSION_FINALIZER, TEMPLATE_HASH_ANNOTATION, VERSION,
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
-import { isControlledBy, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
+import { isControlledBy, isSessionPodOf, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
   custom: CustomObjectsApi;
@@ -248,7 +248,7 @@ export class InstanceReconciler {
     const pod = await this.readPod(instance);
     if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
     if (!pod) return { state: 'absent' };
-    if (!isControlledBy(pod, instance)) return { state: 'foreign' };
+    if (!isSessionPodOf(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';

@@ -66,7 +66,7 @@ function sessionResources(raw: string | undefined, problems: string[]): SessionP
   } catch {
     parsed = undefined;
   }
-  if (parsed === null) return undefined; // `--set session.resources=null`: none, as for the chart's other pods
+  if (parsed === null) return {}; // `--set session.resources=null`: none, as for the chart's other pods (unset would mean the defaults)
   const isMap = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
   const fits =
     isMap(parsed) &&

@@ -356,14 +356,15 @@ describe('chart, CRDs and examples', function () {
     }
     const fine = loadOperatorConfig({ KUBERNETES_NAMESPACE: 'team-a', SESSION_IMAGE: 'x', SESSION_IMAGE_PULL_POLICY: 'Never', LEADER_ELECTION_LEASE: 'sb.operator-1', SESSION_RESOURCES: '{"requests":{"cpu":"0.5","memory":"128Mi"},"limits":{"cpu":2,"memory":"1e9"}}' });
     assert.deepEqual([fine.session.imagePullPolicy, fine.leaseName, fine.session.resources?.limits?.cpu], ['Never', 'sb.operator-1', 2]);
-    assert.equal(loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_RESOURCES: 'null' }).session.resources, undefined, 'unset with --set session.resources=null');
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":[{"value":"x"}]}' }), /extraEnv entry must be an object with a name/);
     // A value unset with `--set podSecurityContext=null` renders as null: the session pod has none,
     // as the chart's other pods then have none, instead of the operator refusing to start.
-    const unsetObjs = template([...REQUIRED, 'podSecurityContext=null', 'containerSecurityContext=null', 'tolerations=null']);
+    const unsetObjs = template([...REQUIRED, 'podSecurityContext=null', 'containerSecurityContext=null', 'tolerations=null', 'session.resources=null']);
     const unset = sessionPodOf(unsetObjs);
+    assert.deepEqual(unset.spec!.containers[0].resources, {}, 'no requests or limits, not the built-in ones');
+    assert.deepEqual(plain.spec!.containers[0].resources, { requests: { cpu: '50m', memory: '128Mi' }, limits: { memory: '512Mi' } });
     assert.deepEqual(unset.spec!.securityContext, {});
     assert.deepEqual(unset.spec!.containers[0].securityContext, {});
     assert.equal(find(unsetObjs, 'Deployment', 'sb-switchboard-gateway')!.spec.template.spec.securityContext, null);

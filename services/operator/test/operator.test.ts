@@ -171,7 +171,7 @@ describe('operator: Instance and Project reconciliation', function () {
   it('never writes a spec it read over a newer one the API wrote meanwhile (a disconnect is not undone)', async () => {
     const id = 'inst-overtaken';
     await createInstance(id, { displayName: 'Overtaken line' });
-    await eventually(async () => assert.ok(pod(id) && (await row(id)).spec_generation));
+    await eventually(async () => assert.ok(pod(id) && (await row(id)).spec_generation, 'a pod and a stamped record'));
     const gateway = new KubernetesInstanceResources(kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi), NAMESPACE);
     let eventsBefore = 0;
     let ran = false;
@@ -226,7 +226,7 @@ describe('operator: Instance and Project reconciliation', function () {
   it('follows the resource again when it went back behind the record (restored from a backup)', async () => {
     const id = 'inst-restored';
     await createInstance(id, { displayName: 'Before the backup' });
-    await eventually(async () => assert.ok((await row(id)).spec_generation));
+    await eventually(async () => assert.ok((await row(id)).spec_generation, 'a stamped record'));
     const uid = instance(id)!.metadata.uid;
     await t.db('instances').where({ id }).update({ spec_uid: uid, spec_generation: 999 }); // written before the restore
     await patchSpec(id, { displayName: 'After the restore' });
@@ -396,6 +396,24 @@ describe('operator: Instance and Project reconciliation', function () {
     });
   });
 
+  it('stops the session pod an orphaning delete left without owner before it deletes the records', async () => {
+    // `kubectl delete --cascade=orphan`: the garbage collector strips the pod's owner reference;
+    // the pod still carries the operator's labels for this instance, so it is still its session.
+    await createInstance('inst-orphan', { displayName: 'Orphan' });
+    await eventually(() => assert.ok(pod('inst-orphan'), 'inst-orphan has a session pod'));
+    podsDuringDelete = [];
+    podsAtUnlinkMark = [];
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-orphan'), (p) => delete p.metadata.ownerReferences);
+    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-orphan' });
+    await eventually(async () => {
+      assert.equal(instance('inst-orphan'), undefined);
+      assert.equal(await row('inst-orphan'), undefined);
+    });
+    assert.equal(pod('inst-orphan'), undefined, 'the session pod is stopped, not left running');
+    assert.equal(podsAtUnlinkMark[0], 1, 'the session was told it stops for a delete');
+    assert.ok(podsDuringDelete.every((n) => n === 0), `the records went only once no session pod existed: ${podsDuringDelete}`);
+  });
+
   it('never replaces or deletes a pod or Secret of the same name it did not make, and takes the names once they are free', async () => {
     const core = kubeConfigFor(fake.url).makeApiClient(CoreV1Api);
     const theirs = { labels: { app: 'someone-else' } };
@@ -419,7 +437,7 @@ describe('operator: Instance and Project reconciliation', function () {
     await core.deleteNamespacedPod({ name: sessionPodName('inst-squat'), namespace: NAMESPACE });
     await eventually(() => assert.equal(condition('inst-squat', 'Ready')?.reason, 'SessionRunning'));
     await core.deleteNamespacedSecret({ name: tokenSecretName('inst-squat'), namespace: NAMESPACE }); // no watch event comes of it
-    await eventually(() => assert.ok(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))?.metadata.ownerReferences));
+    await eventually(() => assert.ok(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))?.metadata.ownerReferences, 'its own Secret now'));
     const uid = instance('inst-squat')!.metadata.uid;
     assert.equal(pod('inst-squat')!.metadata.ownerReferences[0].uid, uid);
     assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-squat'))!.metadata.ownerReferences[0].uid, uid);
