@@ -113,7 +113,12 @@ export function loadConfig(env: Env = process.env): Config {
   return config;
 }
 
-class EnvReader {
+/** The longest delay a Node.js timer takes; a longer one fires after 1 ms, so a tuning variable
+ *  above it would turn its loop into a busy one. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/** Reads environment variables, collecting a problem (named by the variable) for each bad value. */
+export class EnvReader {
   constructor(
     private readonly env: Env,
     private readonly problems: string[],

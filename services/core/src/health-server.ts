@@ -3,7 +3,8 @@
 import { createServer, type Server } from 'node:http';
 import type { Metrics } from './metrics.ts';
 import { Problem } from './problem.ts';
-import { ConfigError } from './config.ts';
+import { ConfigError, EnvReader } from './config.ts';
+import { withDeadline } from './deadline.ts';
 
 export interface HealthServer {
   /** Settles once the port is bound; rejects naming HEALTH_PORT when it cannot be. */
@@ -11,11 +12,15 @@ export interface HealthServer {
   close(): Promise<void>;
 }
 
-/** Runs every check of a readiness probe at once; rejects naming each that failed ("database, bus
- *  did not answer"), so the probe's answer says where to look. */
-export async function checkReadiness(checks: Record<string, () => Promise<unknown>>): Promise<void> {
+/** How long a readiness check may take: a database that stops answering on an open connection
+ *  would otherwise hold every probe open (and they pile up). */
+const READINESS_CHECK_MS = 2_000;
+
+/** Runs every check of a readiness probe at once; rejects naming each that failed or did not
+ *  answer in time ("database, bus did not answer"), so the probe's answer says where to look. */
+export async function checkReadiness(checks: Record<string, () => Promise<unknown>>, timeoutMs = READINESS_CHECK_MS): Promise<void> {
   const names = Object.keys(checks);
-  const settled = await Promise.allSettled(names.map((name) => checks[name]()));
+  const settled = await Promise.allSettled(names.map((name) => withDeadline(checks[name](), timeoutMs, () => new Error(`${name} timed out`))));
   const failed = names.filter((_, i) => settled[i].status === 'rejected');
   if (failed.length) throw new Error(`${failed.join(', ')} did not answer`);
 }
@@ -53,9 +58,9 @@ export function startHealthServer(port: number, ready: () => Promise<Record<stri
 
 /** HEALTH_PORT of a worker process, when set. */
 export function healthPortFrom(env: NodeJS.ProcessEnv): number | undefined {
-  const raw = env.HEALTH_PORT?.trim();
-  if (!raw) return undefined;
-  const port = Number(raw);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError([`HEALTH_PORT: must be a port number (got "${raw}")`]);
+  if (!env.HEALTH_PORT?.trim()) return undefined;
+  const problems: string[] = [];
+  const port = new EnvReader(env, problems).int('HEALTH_PORT', 0, 0, 65535);
+  if (problems.length) throw new ConfigError(problems);
   return port;
 }

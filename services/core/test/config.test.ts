@@ -176,9 +176,11 @@ describe('configuration', () => {
     const common = { PATH: process.env.PATH, HOME: '/nonexistent', PORT: 'eighty', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'sometimes' };
     const cases: [ServiceName, Record<string, string>, string[]][] = [
       ['gateway', {}, ['DATABASE_URL', 'NATS_URL', 'ADMIN_API_KEY', 'ENCRYPTION_KEY']],
-      ['dispatcher', { HEALTH_PORT: 'x', DISPATCHER_POLL_INTERVAL_MS: 'soon' }, ['DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY', 'HEALTH_PORT', 'DISPATCHER_POLL_INTERVAL_MS']],
-      ['session', { HEALTH_PORT: 'x', SESSION_LOCK_RETRY_MS: '0' }, ['INSTANCE_ID', 'DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY', 'HEALTH_PORT', 'SESSION_LOCK_RETRY_MS']],
-      ['operator', {}, ['DATABASE_URL', 'ENCRYPTION_KEY', 'KUBERNETES_NAMESPACE', 'KUBECONFIG']],
+      // Durations beyond a timer's range (a Node.js timer fires after 1 ms then: a busy loop), and
+      // numbers Number() would take but no one means as a port.
+      ['dispatcher', { HEALTH_PORT: '1e3', DISPATCHER_POLL_INTERVAL_MS: 'soon', DISPATCHER_ATTEMPT_TIMEOUT_MS: '3000000000' }, ['DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY', 'HEALTH_PORT', 'DISPATCHER_POLL_INTERVAL_MS', 'DISPATCHER_ATTEMPT_TIMEOUT_MS']],
+      ['session', { HEALTH_PORT: 'x', SESSION_LOCK_RETRY_MS: '0', SESSION_RUN_STATE_CHECK_MS: '3000000000', SESSION_UNLINK_MARK_WAIT_MS: 'long' }, ['INSTANCE_ID', 'DATABASE_URL', 'NATS_URL', 'ENCRYPTION_KEY', 'HEALTH_PORT', 'SESSION_LOCK_RETRY_MS', 'SESSION_RUN_STATE_CHECK_MS', 'SESSION_UNLINK_MARK_WAIT_MS']],
+      ['operator', { HEALTH_PORT: '0x1F90' }, ['DATABASE_URL', 'ENCRYPTION_KEY', 'KUBERNETES_NAMESPACE', 'KUBECONFIG', 'HEALTH_PORT']],
     ];
     for (const [service, env, names] of cases) {
       const run = spawnSync(process.execPath, [await builtService(service)], { env: { ...common, ...env }, encoding: 'utf8', timeout: 25_000 });

@@ -151,6 +151,8 @@ describe('metrics', () => {
       const ready = await fetch(`http://127.0.0.1:${port}/ready`);
       assert.equal(ready.status, 503);
       assert.equal((await ready.json()).detail, 'Not ready: bus did not answer');
+      // A check that never answers (a database silent on an open connection) fails in time too.
+      await assert.rejects(checkReadiness({ database: () => new Promise(() => {}), bus: async () => 1 }, 50), /^Error: database did not answer$/);
       const metrics = await fetch(`http://127.0.0.1:${port}/metrics`);
       assert.equal(metrics.status, 404, 'this one serves no metrics');
       assert.doesNotMatch((await metrics.json()).detail, /metrics/);

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const SERVICE_MAIN = fileURLToPath(new URL('../src/service-main.ts', import.meta.url));
+const TELEMETRY = fileURLToPath(new URL('../src/telemetry/index.ts', import.meta.url));
 
 /** A service that says "starting", starts in `startMs`, then says "started"; its stop takes
  *  `stopMs` and asks for `timeoutMs`. */
@@ -23,9 +24,9 @@ function serviceScript(startMs: number, stopMs: number, timeoutMs: number): stri
 
 /** Runs the script and sends SIGTERM once it printed `signalAt` (then `again` too, 200 ms later);
  *  resolves with its exit code and stderr. */
-function runAndSignal(script: string, signalAt: 'starting' | 'started', again?: NodeJS.Signals): Promise<{ code: number | null; stderr: string }> {
+function runAndSignal(script: string, signalAt: 'starting' | 'started', again?: NodeJS.Signals, env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'], env });
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
     child.stdout!.on('data', (d: Buffer) => {
@@ -56,6 +57,23 @@ describe('runService', function () {
     const run = await runAndSignal(serviceScript(0, 60_000, 60_000), 'started', 'SIGINT');
     assert.equal(run.code, 1);
     assert.match(run.stderr, /probe: SIGINT again; exiting without waiting for the stop/);
+  });
+
+  it('stops with exit 0 when the trace collector is away, saying which variable to check', async () => {
+    const script = `
+      import { runService } from ${JSON.stringify(SERVICE_MAIN)};
+      import { startTelemetry } from ${JSON.stringify(TELEMETRY)};
+      import { trace } from '@opentelemetry/api';
+      runService('probe', async () => {
+        const telemetry = await startTelemetry({ serviceName: 'probe', autoInstrument: false });
+        trace.getTracer('probe').startSpan('work').end(); // waits for export when the stop comes
+        console.log('started');
+        return Object.assign(() => telemetry.shutdown(), { timeoutMs: 20_000 });
+      });
+      setInterval(() => undefined, 1000);`;
+    const run = await runAndSignal(script, 'started', undefined, { ...process.env, OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_EXPORTER_OTLP_TIMEOUT: '1000' });
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stderr, /^probe: the last traces could not be exported \(.+\); check OTEL_EXPORTER_OTLP_ENDPOINT/m);
   });
 
   it('finishes the stop when SIGTERM comes twice (make forwards it to a process group that got it too)', async () => {

@@ -5,7 +5,7 @@
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
 // DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
-import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, ConfigError, readEnvironment, requireSettings, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, ConfigError, EnvReader, MAX_TIMER_MS, readEnvironment, requireSettings, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
 import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
@@ -21,12 +21,11 @@ const TUNING: Record<string, keyof DispatcherOptions> = {
 
 function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {
   const problems: string[] = [];
+  const read = new EnvReader(env, problems);
   const options: Record<string, number> = {};
   for (const [name, option] of Object.entries(TUNING)) {
-    const raw = env[name]?.trim();
-    if (!raw) continue;
-    if (!/^\d+$/.test(raw) || Number(raw) < 1) problems.push(`${name}: must be a positive whole number (got "${raw}")`);
-    else options[option] = Number(raw);
+    const value = read.int(name, 0, 1, MAX_TIMER_MS);
+    if (value) options[option] = value;
   }
   const liveness = livenessOptions(options.replicaHeartbeatMs, options.replicaGoneAfterMs);
   if (silenceTooShort(liveness)) problems.push(`DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS (${liveness.heartbeatMs}), got ${liveness.goneAfterMs}`);

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { KubeConfig } from '@kubernetes/client-node';
-import { ConfigError } from '@switchboard/core';
+import { ConfigError, EnvReader } from '@switchboard/core';
 import { SESSION_POD_TEMPLATE_KEYS, type SessionPodSettings, type SessionPodTemplate } from './session-pod.ts';
 
 export interface OperatorConfig {
@@ -26,8 +26,7 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
   if (pullPolicy && !PULL_POLICIES.includes(pullPolicy)) problems.push(`SESSION_IMAGE_PULL_POLICY: must be one of ${PULL_POLICIES.join(', ')} (got "${pullPolicy}")`);
   const image = env.SESSION_IMAGE?.trim();
   if (!image) problems.push('SESSION_IMAGE: required (the Switchboard image the session pods run)');
-  const healthPort = Number(env.HEALTH_PORT ?? '8080');
-  if (!Number.isInteger(healthPort) || healthPort < 0 || healthPort > 65535) problems.push(`HEALTH_PORT: must be a port number (got "${env.HEALTH_PORT}")`);
+  const healthPort = new EnvReader(env, problems).int('HEALTH_PORT', 8080, 0, 65535);
   const resources = sessionResources(env.SESSION_RESOURCES, problems);
   const template = sessionPodTemplate(env.SESSION_POD_TEMPLATE, problems);
   if (problems.length) throw new ConfigError(problems);

@@ -2,12 +2,14 @@
 // (DATABASE_URL) and NATS JetStream (NATS_URL). It runs the worker while the instance is not
 // paused, answers `rpc.<instanceId>.*`, and shuts down gracefully on SIGTERM.
 import { pathToFileURL } from 'node:url';
-import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, readEnvironment, requireSettings, runService, SESSION_STOP_TIMEOUT_MS, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordStateIfUnheld, startHealthServer, startTelemetry, type Config, type Db, type StopService } from '@switchboard/core';
+import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, Crypto, ConfigError, EnvReader, MAX_TIMER_MS, readEnvironment, requireSettings, runService, SESSION_STOP_TIMEOUT_MS, startStep, createLogger, healthPortFrom, loadConfig, openDatabase, openMediaStore, OutboxRelay, recordStateIfUnheld, startHealthServer, startTelemetry, type Config, type Db, type StopService } from '@switchboard/core';
 import { openBus } from '@switchboard/core/bus/index';
 import { driverFactoryFor } from './drivers.ts';
 import { LocalSessionRuntime } from './local-runtime.ts';
 import { mediaArchive } from './media-archive.ts';
 import { serveSessionRpc } from './rpc-server.ts';
+
+const UNLINK_MARK_POLL_MS = 100;
 
 interface SessionProcessConfig {
   config: Config;
@@ -19,6 +21,9 @@ interface SessionProcessConfig {
   lockRetryMs: number;
   /** How often the process compares the instance's `paused` with what it runs. */
   runStateCheckMs: number;
+  /** How long a stopping connected session waits for the operator's delete or reset mark: a
+   *  foreground delete has the garbage collector stop the pod as the operator marks it. */
+  unlinkMarkWaitMs: number;
   /** HEALTH_PORT: /health and /ready for the pod's probes (none when unset). */
   healthPort?: number;
 }
@@ -49,22 +54,17 @@ export function loadSessionConfig(env: Record<string, string | undefined> = proc
   };
 }
 
-function sessionTiming(env: Record<string, string | undefined>): Pick<SessionProcessConfig, 'ackWaitMs' | 'lockRetryMs' | 'runStateCheckMs'> {
+function sessionTiming(env: Record<string, string | undefined>): Pick<SessionProcessConfig, 'ackWaitMs' | 'lockRetryMs' | 'runStateCheckMs' | 'unlinkMarkWaitMs'> {
   const problems: string[] = [];
+  const read = new EnvReader(env, problems);
   const timing = {
-    ackWaitMs: optionalInt(env, 'SESSION_COMMAND_ACK_WAIT_MS', 30_000, problems),
-    lockRetryMs: optionalInt(env, 'SESSION_LOCK_RETRY_MS', 2000, problems),
-    runStateCheckMs: optionalInt(env, 'SESSION_RUN_STATE_CHECK_MS', 5000, problems),
+    ackWaitMs: read.int('SESSION_COMMAND_ACK_WAIT_MS', 30_000, 1, MAX_TIMER_MS),
+    lockRetryMs: read.int('SESSION_LOCK_RETRY_MS', 2000, 1, MAX_TIMER_MS),
+    runStateCheckMs: read.int('SESSION_RUN_STATE_CHECK_MS', 5000, 1, MAX_TIMER_MS),
+    unlinkMarkWaitMs: read.int('SESSION_UNLINK_MARK_WAIT_MS', 2000, 0, 20_000),
   };
   if (problems.length) throw new ConfigError(problems);
   return timing;
-}
-
-function optionalInt(env: Record<string, string | undefined>, name: string, fallback: number, problems: string[]): number {
-  const v = env[name]?.trim();
-  if (!v) return fallback;
-  if (!/^\d+$/.test(v) || Number(v) < 1) problems.push(`${name}: must be a positive whole number of milliseconds (got "${v}")`);
-  return Number(v);
 }
 
 export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() => Promise<void>> {
@@ -119,7 +119,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     // Stopped because the Instance is being deleted or reset (the operator said so before it
     // stopped the pod): the device leaves the phone's Linked devices. Nothing is recorded: the
     // records go next, or the reset records its own state once this process let go.
-    const unlinking = wasRunning && (await unlinkRequested(db, instanceId).catch(() => false));
+    const unlinking = wasRunning && (await unlinkRequested(db, instanceId, cfg.unlinkMarkWaitMs).catch(() => false));
     if (unlinking) await runtime.unlinkAtShutdown(instanceId).catch((err: unknown) => log.warn({ err: String(err) }, 'session: could not unlink the device from the phone'));
     await runtime.close();
     // The socket is gone until the next session process takes over, unless the instance was paused
@@ -133,9 +133,18 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   };
 }
 
-async function unlinkRequested(db: Db, instanceId: string): Promise<boolean> {
-  const row = await db('instances').where({ id: instanceId }).first('unlink_requested_at');
-  return Boolean(row?.unlink_requested_at);
+/** Whether the operator marked the instance for a delete or a reset. A connected session waits
+ *  `waitMs` for a mark still to come: with a foreground delete (Argo CD's prune, `kubectl delete
+ *  --cascade=foreground`) the garbage collector stops the pod as the operator marks it, and a
+ *  device not unlinked now stays on the phone's list with its credentials gone. */
+async function unlinkRequested(db: Db, instanceId: string, waitMs: number): Promise<boolean> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const row = await db('instances').where({ id: instanceId }).first('unlink_requested_at', 'state');
+    if (row?.unlink_requested_at) return true;
+    if (row?.state !== 'connected' || Date.now() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, UNLINK_MARK_POLL_MS));
+  }
 }
 
 /** Decided with the instance's row locked, and only while no session holds it (this process let

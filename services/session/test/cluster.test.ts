@@ -369,23 +369,30 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
   });
 
   it('unlinks the device when the operator marked the instance for a delete or a reset (credentials erased, nothing recorded); otherwise keeps it', async () => {
-    for (const unlinking of [false, true]) {
+    // 'late': the mark lands just after the SIGTERM, as with a foreground delete, where the
+    // garbage collector stops the pod while the operator marks the instance.
+    for (const mark of ['none', 'before', 'late'] as const) {
+      const unlinking = mark !== 'none';
       const instanceId = await env.createInstance({ paused: false });
-      const stop = await startSessionProcess(env, instanceId);
+      const stop = await startSessionProcess(env, instanceId, { SESSION_UNLINK_MARK_WAIT_MS: '1500' });
+      let marked: Promise<unknown> = Promise.resolve();
       const remote = new RemoteSessionRuntime({ db: env.db, bus: env.bus, crypto: env.crypto, log: env.log, relay: env.relay, requestTimeoutMs: 5000 });
       try {
         await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
         await remote.call(instanceId, 'sandbox.scan', { phone: '5511900003333' });
         await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
         assert.equal((await env.db('auth_state').where({ instance_id: instanceId })).length > 0, true, 'paired: credentials stored');
-        if (unlinking) await env.db('instances').where({ id: instanceId }).update({ unlink_requested_at: env.db.fn.now() });
+        const markIt = () => env.db('instances').where({ id: instanceId }).update({ unlink_requested_at: env.db.fn.now() });
+        if (mark === 'before') await markIt();
+        if (mark === 'late') marked = new Promise((resolve) => setTimeout(resolve, 300)).then(markIt);
       } finally {
         await stop(); // the pod's SIGTERM
+        await marked;
       }
       const credentials = await env.db('auth_state').where({ instance_id: instanceId });
       const row = await instanceRow(env.db, instanceId);
       if (unlinking) {
-        assert.deepEqual(credentials, [], 'logged out: the credentials are gone with the link');
+        assert.deepEqual(credentials, [], `logged out (mark ${mark}): the credentials are gone with the link`);
         assert.equal(row.state, 'connected', 'no state recorded: the records go next, or the reset records its own');
         // The operator's reset, once the process let go: its state, and the mark cleared.
         assert.equal(await resetUnheldSession(env.db, instanceId), true);

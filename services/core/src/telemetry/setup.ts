@@ -107,7 +107,12 @@ export async function startTelemetry(opts: TelemetryOptions): Promise<Telemetry>
     async shutdown() {
       if (stopped) return;
       stopped = true;
-      await sdk.shutdown();
+      // Spans the collector did not take are lost, but the process still stops as it should (exit
+      // 0), saying where to look instead of failing the stop.
+      await sdk.shutdown().catch((err: unknown) => {
+        const reason = err instanceof Error ? err.message : String(err);
+        process.stderr.write(`${opts.serviceName}: the last traces could not be exported (${reason}); check OTEL_EXPORTER_OTLP_ENDPOINT and that the collector runs\n`);
+      });
       for (const instrumentation of instrumentations) instrumentation.disable(); // unpatch pg, undici…
       const api = await import('@opentelemetry/api');
       // Unregister so that a later start (another test) can register again.
