@@ -41,6 +41,13 @@ describe('fake Kubernetes API server', () => {
     assert.equal(m.status.state, 'connected');
   });
 
+  it('drops fields the CRD schema does not name, as the real server prunes them', async () => {
+    const created = await custom.createNamespacedCustomObject({ ...ref, body: { ...body('prune-test', { displayName: 'Pp', colour: 'red' }), extra: 1 } });
+    assert.deepEqual([created.spec, created.extra, created.metadata.name], [{ displayName: 'Pp', paused: false }, undefined, 'prune-test']);
+    const s = await custom.replaceNamespacedCustomObjectStatus({ ...ref, name: 'prune-test', body: { ...created, status: { state: 'connected', mood: 'fine', conditions: [] } } });
+    assert.deepEqual(s.status, { conditions: [], state: 'connected' });
+  });
+
   it('bumps generation only for a real spec change (not the order of keys, not a defaulted field left out)', async () => {
     const created = await custom.createNamespacedCustomObject({ ...ref, body: body('gen-test', { displayName: 'Gg', projectRef: 'acme' }) });
     assert.equal(created.spec.paused, false, 'the schema default is filled in');

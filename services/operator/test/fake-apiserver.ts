@@ -464,6 +464,9 @@ export class FakeApiServer {
   }
 
   private validate(type: ResourceType, o: Obj, old?: Obj): void {
+    // Like the real server: fields the schema does not name are dropped, not refused, so a write of
+    // a field missing from the CRD is lost (and a status compared with what was written never matches).
+    if (type.schema) pruneUnknown(o, type.schema, true);
     if (type.kind === 'Lease') {
       for (const f of ['acquireTime', 'renewTime']) {
         if (o.spec?.[f] !== undefined && !MICRO_TIME.test(o.spec[f])) {
@@ -644,6 +647,22 @@ function parseJson(raw: string): any {
     return JSON.parse(raw);
   } catch {
     throw new ApiError(400, 'BadRequest', 'the request body is not valid JSON');
+  }
+}
+
+/** The API server's pruning of a structural schema: an object whose schema names its properties
+ *  loses the others, unless the schema keeps unknown fields or is a map (additionalProperties).
+ *  At the root, apiVersion, kind and metadata are never pruned. */
+function pruneUnknown(value: unknown, schema: Obj | undefined, root = false): void {
+  if (!schema || schema['x-kubernetes-preserve-unknown-fields']) return;
+  if (Array.isArray(value)) return value.forEach((item) => pruneUnknown(item, schema.items));
+  if (value === null || typeof value !== 'object') return;
+  const object = value as Obj;
+  for (const key of Object.keys(object)) {
+    if (root && ['apiVersion', 'kind', 'metadata'].includes(key)) continue;
+    const field = schema.properties?.[key] ?? (typeof schema.additionalProperties === 'object' ? schema.additionalProperties : undefined);
+    if (field) pruneUnknown(object[key], field);
+    else if (schema.properties && !schema.additionalProperties) delete object[key];
   }
 }
 
