@@ -909,6 +909,27 @@ describe('baileys driver: receiving', () => {
     assert.equal(empty, undefined, 'nothing to show: not recorded');
   });
 
+  it('records a shared place as words with a geo: URI, and shared contacts as their vCard file', async () => {
+    const r = await connectedRig();
+    const chat = '5511977776666@s.whatsapp.net';
+    const place = await deliver(r, received({ chat, message: { locationMessage: { degreesLatitude: -23.5505, degreesLongitude: -46.6333, name: 'Sé', address: 'Praça da Sé, São Paulo' } } }));
+    assert.deepEqual([place?.type, place?.text, place?.media], ['text', 'Sé\nPraça da Sé, São Paulo\ngeo:-23.5505,-46.6333', undefined]);
+    const bare = await deliver(r, received({ chat, message: { locationMessage: { degreesLatitude: 48.8584, degreesLongitude: 2.2945 } } }));
+    assert.equal(bare?.text, 'geo:48.8584,2.2945');
+    const live = await deliver(r, received({ chat, message: { liveLocationMessage: { degreesLatitude: 1.5, degreesLongitude: -0.25, caption: 'on my way' } } }));
+    assert.deepEqual([live?.type, live?.text], ['text', 'on my way\ngeo:1.5,-0.25']);
+
+    const vcard = (name: string) => `BEGIN:VCARD\nVERSION:3.0\nFN:${name}\nTEL;type=CELL;waid=5511955554444:+55 11 95555-4444\nEND:VCARD`;
+    const card = await deliver(r, received({ chat, message: { contactMessage: { displayName: 'Ana/Maria', vcard: vcard('Ana Maria') } } }));
+    assert.deepEqual([card?.type, card?.text, card?.media?.mimetype, card?.media?.fileName], ['document', null, 'text/vcard', 'Ana_Maria.vcf']);
+    assert.equal(Buffer.from(await card!.media!.download()).toString(), `${vcard('Ana Maria')}\r\n`);
+    const several = await deliver(r, received({ chat, message: { contactsArrayMessage: { displayName: '2 contacts', contacts: [{ displayName: 'A', vcard: vcard('A') }, { displayName: 'B', vcard: vcard('B') }] } } }));
+    assert.deepEqual([several?.type, several?.media?.fileName], ['document', '2 contacts.vcf']);
+    assert.equal(Buffer.from(await several!.media!.download()).toString(), `${vcard('A')}\r\n${vcard('B')}\r\n`);
+    const noCard = await deliver(r, received({ chat, message: { contactMessage: { displayName: 'empty' } } }));
+    assert.equal(noCard, undefined, 'a contact without a card shows nothing: not recorded');
+  });
+
   it('describes audio, video and sticker media', async () => {
     const r = await connectedRig();
     const chat = '5511977776666@s.whatsapp.net';

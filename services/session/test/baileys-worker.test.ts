@@ -155,6 +155,18 @@ describe('baileys driver in the session worker', function () {
     const archived = await env.db('media').where({ instance_id: instanceId }).count({ n: '*' }).first();
     assert.equal(Number(archived!.n), 1, 'only the ordinary image is archived');
   });
+
+  it('archives a shared contact as its vCard file, served like any received document', async () => {
+    await connect();
+    const vcard = 'BEGIN:VCARD\nVERSION:3.0\nFN:Ana\nTEL;type=CELL;waid=5511955554444:+55 11 95555-4444\nEND:VCARD';
+    const card = inbound({ contactMessage: { displayName: 'Ana', vcard } });
+    network.current.emit('messages.upsert', { messages: [card], type: 'notify' });
+    await until(async () => (await eventsOf(env.db, instanceId, 'message.received')).some((e) => e.data.messageId === card.key.id), 'received', 10_000);
+    const data = (await eventsOf(env.db, instanceId, 'message.received')).find((e) => e.data.messageId === card.key.id)!.data;
+    assert.deepEqual([data.type, data.media.mimetype, data.media.fileName, data.media.downloadAvailable], ['document', 'text/vcard', 'Ana.vcf', true]);
+    const mediaId = decodeURIComponent(new URL(data.media.url).pathname.split('/').pop()!);
+    assert.equal(Buffer.from(await env.media.read(mediaId)).toString(), `${vcard}\r\n`);
+  });
 });
 
 describe('baileys driver: received messages and receipts under faults (the network sends none again)', function () {

@@ -1,8 +1,8 @@
 // A received WAMessage → our InboundMessage. Wrappers (ephemeral, view-once, document with caption,
-// edits, album pictures) are unwrapped; addressing follows Baileys 7's LID model:
-// `remoteJid`/`participant` are the addressing JIDs and `remoteJidAlt`/`participantAlt` the other
-// form, so the phone is taken from whichever side is a phone-number JID, and stays null when only
-// a LID is known.
+// edits, album pictures) are unwrapped, and places and contact cards become words and a file.
+// Addressing follows Baileys 7's LID model: `remoteJid`/`participant` are the addressing JIDs and
+// `remoteJidAlt`/`participantAlt` the other form, so the phone is taken from whichever side is a
+// phone-number JID, and stays null when only a LID is known.
 import { proto, type WAMessage } from '@whiskeysockets/baileys';
 import type { InboundMedia, InboundMessage, MessageType } from '@switchboard/core';
 import { isGroupJid, lidSide, normalised, phoneOf, pnSide } from './jids.ts';
@@ -82,9 +82,12 @@ interface Classified {
   type: MessageType;
   text: string | null;
   media?: MediaProto;
+  /** A file the message carries itself (contact cards), not one to download. */
+  file?: { bytes: Uint8Array; mimetype: string; fileName: string };
 }
 
-/** The message type and text of unwrapped content; null for kinds we do not relay (reactions, polls…). */
+/** The message type and text of unwrapped content; null for kinds we do not relay (reactions, polls…).
+ *  Places and contact cards, which the API has no type for, are what they show: words, a file. */
 export function classify(content: proto.IMessage | undefined): Classified | null {
   if (!content) return null;
   if (typeof content.conversation === 'string') return { type: 'text', text: content.conversation };
@@ -95,7 +98,33 @@ export function classify(content: proto.IMessage | undefined): Classified | null
   if (content.audioMessage) return { type: 'audio', text: null, media: content.audioMessage };
   if (content.documentMessage) return { type: 'document', text: content.documentMessage.caption ?? null, media: content.documentMessage };
   if (content.stickerMessage) return { type: 'sticker', text: null, media: content.stickerMessage };
+  const place = placeText(content);
+  if (place) return { type: 'text', text: place };
+  const cards = contactCards(content);
+  if (cards) return { type: 'document', text: null, file: cards };
   return null;
+}
+
+/** A shared place (also a live one) as words: its name, address and comment when given, then a
+ *  geo: URI (RFC 5870), which maps apps open and programs parse. */
+function placeText(content: proto.IMessage): string | null {
+  const place = content.locationMessage ?? content.liveLocationMessage;
+  const { degreesLatitude: lat, degreesLongitude: lng } = place ?? {};
+  if (typeof lat !== 'number' || typeof lng !== 'number') return null;
+  const location = content.locationMessage;
+  const words = [location?.name, location?.address, location?.comment, content.liveLocationMessage?.caption];
+  return [...words.filter((w): w is string => !!w?.trim()), `geo:${lat},${lng}`].join('\n');
+}
+
+/** Shared contacts as the vCard file they are (one card, or several in one file), named after
+ *  the contact shown. */
+function contactCards(content: proto.IMessage): Classified['file'] | null {
+  const one = content.contactMessage;
+  const cards = (one ? [one] : (content.contactsArrayMessage?.contacts ?? [])).filter((c) => c.vcard?.trim());
+  if (!cards.length) return null;
+  const shown = (one ? one.displayName : content.contactsArrayMessage?.displayName) || cards[0].displayName || 'contact';
+  const fileName = `${[...shown].map((c) => (c < ' ' || c === '\x7f' || c === '/' || c === '\\' ? '_' : c)).join('').trim().slice(0, 100) || 'contact'}.vcf`;
+  return { bytes: Buffer.from(cards.map((c) => c.vcard!.trim()).join('\r\n') + '\r\n'), mimetype: 'text/vcard', fileName };
 }
 
 export interface NormaliseDeps {
@@ -144,6 +173,7 @@ export async function normaliseMessage(msg: WAMessage, deps: NormaliseDeps): Pro
     isGroup,
   };
   if (kind.media) out.media = describeMedia(kind, viewOnce, { ...msg, message: content }, deps);
+  if (kind.file) out.media = { mimetype: kind.file.mimetype, fileName: kind.file.fileName, download: async () => kind.file!.bytes };
   return out;
 }
 
