@@ -918,6 +918,8 @@ describe('baileys driver: receiving', () => {
     assert.equal(bare?.text, 'geo:48.8584,2.2945');
     const live = await deliver(r, received({ chat, message: { liveLocationMessage: { degreesLatitude: 1.5, degreesLongitude: -0.25, caption: 'on my way' } } }));
     assert.deepEqual([live?.type, live?.text], ['text', 'on my way\ngeo:1.5,-0.25']);
+    const moved = await deliver(r, received({ chat, message: { liveLocationMessage: { degreesLatitude: 1.6, degreesLongitude: -0.25, sequenceNumber: 3 } } }));
+    assert.equal(moved, undefined, 'a later position of a live location is no new message');
 
     const vcard = (name: string) => `BEGIN:VCARD\nVERSION:3.0\nFN:${name}\nTEL;type=CELL;waid=5511955554444:+55 11 95555-4444\nEND:VCARD`;
     const card = await deliver(r, received({ chat, message: { contactMessage: { displayName: 'Ana/Maria', vcard: vcard('Ana Maria') } } }));

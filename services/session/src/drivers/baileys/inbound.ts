@@ -105,10 +105,12 @@ export function classify(content: proto.IMessage | undefined): Classified | null
   return null;
 }
 
-/** A shared place (also a live one) as words: its name, address and comment when given, then a
- *  geo: URI (RFC 5870), which maps apps open and programs parse. */
+/** A shared place as words: its name, address and comment when given, then a geo: URI (RFC
+ *  5870), which maps apps open and programs parse. A live location counts once, where it starts:
+ *  its later positions (a sequence number) are no new messages. */
 function placeText(content: proto.IMessage): string | null {
-  const place = content.locationMessage ?? content.liveLocationMessage;
+  const live = content.liveLocationMessage;
+  const place = content.locationMessage ?? (Number(live?.sequenceNumber ?? 0) > 0 ? undefined : live);
   const { degreesLatitude: lat, degreesLongitude: lng } = place ?? {};
   if (typeof lat !== 'number' || typeof lng !== 'number') return null;
   const location = content.locationMessage;
