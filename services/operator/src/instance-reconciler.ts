@@ -18,7 +18,7 @@ import {
   GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, SESSION_FINALIZER, TEMPLATE_HASH_ANNOTATION, VERSION,
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
-import { isControlledBy, isSessionPodOf, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
+import { isControlledBy, isMadeFor, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
   custom: CustomObjectsApi;
@@ -200,12 +200,13 @@ export class InstanceReconciler {
     } catch (err) {
       if (!isStatus(err, 404)) throw err;
     }
-    if (existing && !isControlledBy(existing, instance)) {
+    if (existing && !isMadeFor(existing, instance)) {
       await this.warnSecretNameTaken(instance);
       return false;
     }
     this.secretNameTakenWarned.delete(instance.metadata.uid ?? id);
-    if (existing && existing.data?.apiToken === data.apiToken && existing.data?.instanceId === data.instanceId) return true;
+    const same = existing?.data?.apiToken === data.apiToken && existing?.data?.instanceId === data.instanceId;
+    if (existing && same && isControlledBy(existing, instance)) return true;
     const body: V1Secret = {
       apiVersion: 'v1',
       kind: 'Secret',
@@ -248,7 +249,7 @@ export class InstanceReconciler {
     const pod = await this.readPod(instance);
     if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
     if (!pod) return { state: 'absent' };
-    if (!isSessionPodOf(pod, instance)) return { state: 'foreign' };
+    if (!isMadeFor(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';

@@ -134,13 +134,15 @@ export function isControlledBy(object: { metadata?: V1ObjectMeta }, instance: In
   return (object.metadata?.ownerReferences ?? []).some((r) => r.controller && r.apiVersion === API_VERSION && r.kind === 'Instance' && r.name === instance.metadata.name);
 }
 
-/** Whether the pod is this Instance's session pod: controlled by it, or left without a controller
- *  by an orphaning delete (`kubectl delete --cascade=orphan` strips the owner reference) while
- *  still labelled as its session. Such a pod must still be stopped before the records go. */
-export function isSessionPodOf(pod: V1Pod, instance: Instance): boolean {
-  if (isControlledBy(pod, instance)) return true;
-  const labels = pod.metadata?.labels ?? {};
-  const uncontrolled = !(pod.metadata?.ownerReferences ?? []).some((r) => r.controller);
+/** Whether the operator made the object for an Instance of this name: controlled by it, or left
+ *  without a controller by an orphaning delete (`kubectl delete --cascade=orphan` strips the owner
+ *  reference) while still labelled as the operator's for that instance. Such a session pod must
+ *  still be stopped before the records go, and such a token Secret is taken over by a new
+ *  Instance of the same name. */
+export function isMadeFor(object: { metadata?: V1ObjectMeta }, instance: Instance): boolean {
+  if (isControlledBy(object, instance)) return true;
+  const labels = object.metadata?.labels ?? {};
+  const uncontrolled = !(object.metadata?.ownerReferences ?? []).some((r) => r.controller);
   return uncontrolled && labels[MANAGED_BY_LABEL] === MANAGED_BY && labels[INSTANCE_LABEL] === instance.metadata.name;
 }
 

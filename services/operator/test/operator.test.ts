@@ -8,7 +8,7 @@ import { Controller } from '../src/controller.ts';
 import { EventRecorder } from '../src/event-recorder.ts';
 import { InstanceReconciler } from '../src/instance-reconciler.ts';
 import { InstanceStore } from '../src/instance-store.ts';
-import { GROUP, INSTANCES, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
+import { GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, PROJECTS, SESSION_FINALIZER, VERSION, sessionPodName, tokenSecretName } from '../src/resources.ts';
 import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instance-resources.ts';
 import { ownerLockFor } from '../../session/src/owner-lock.ts';
 import { issueInstanceToken } from '../../gateway/src/routes/instances.ts';
@@ -412,6 +412,20 @@ describe('operator: Instance and Project reconciliation', function () {
     assert.equal(pod('inst-orphan'), undefined, 'the session pod is stopped, not left running');
     assert.equal(podsAtUnlinkMark[0], 1, 'the session was told it stops for a delete');
     assert.ok(podsDuringDelete.every((n) => n === 0), `the records went only once no session pod existed: ${podsDuringDelete}`);
+  });
+
+  it('takes over the token Secret an orphaning delete left behind for an Instance of the same name', async () => {
+    const core = kubeConfigFor(fake.url).makeApiClient(CoreV1Api);
+    const stale = Buffer.from('sbi_revoked-token-of-the-deleted-instance').toString('base64');
+    await core.createNamespacedSecret({
+      namespace: NAMESPACE,
+      body: { metadata: { name: tokenSecretName('inst-reborn'), labels: { [MANAGED_BY_LABEL]: MANAGED_BY, [INSTANCE_LABEL]: 'inst-reborn' } }, data: { apiToken: stale, instanceId: Buffer.from('inst-reborn').toString('base64') } },
+    });
+    await createInstance('inst-reborn', { displayName: 'Reborn' });
+    const secret = () => fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-reborn'));
+    await eventually(() => assert.equal(secret()?.metadata.ownerReferences?.[0]?.uid, instance('inst-reborn')?.metadata.uid, 'owned by the new Instance'));
+    assert.notEqual(secret()!.data.apiToken, stale, 'the new token, not the revoked one');
+    await eventually(() => assert.equal(condition('inst-reborn', 'Ready')?.reason, 'SessionRunning'));
   });
 
   it('never replaces or deletes a pod or Secret of the same name it did not make, and takes the names once they are free', async () => {

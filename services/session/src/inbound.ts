@@ -69,15 +69,22 @@ export async function recordPresence(db: Knex, instanceId: string, update: Prese
 }
 
 /** Senders choose texts, names and file names: what PostgreSQL cannot store (NUL, unpaired
- *  surrogates) is cleaned here, or the insert would fail and the message would be lost. */
+ *  surrogates) is cleaned here, or the insert would fail and the message would be lost; file
+ *  names lose what would mislead whoever saves the file by them. */
 function storableMessage(msg: InboundMessage): InboundMessage {
   const clean = (text: string | null) => (text === null ? null : toStorableText(text));
   const media = msg.media && {
     ...msg.media,
     mimetype: toStorableText(msg.media.mimetype),
-    ...(msg.media.fileName !== undefined ? { fileName: toStorableText(msg.media.fileName) } : {}),
+    ...(msg.media.fileName !== undefined ? { fileName: safeFileName(msg.media.fileName) } : {}),
   };
   return { ...msg, name: clean(msg.name), text: clean(msg.text), ...(media ? { media } : {}) };
+}
+
+/** A sender's file name as a name to save a file by: no control or formatting characters (a
+ *  right-to-left override would show `txt.exe` as `exe.txt`) and no path separators. */
+function safeFileName(name: string): string {
+  return toStorableText(name).replace(/[\p{Cc}\p{Cf}]/gu, '').replace(/[/\\]/g, '_');
 }
 
 async function alreadyRecorded(deps: InboundDeps, messageId: string): Promise<boolean> {

@@ -676,7 +676,7 @@ describe('baileys driver: sending', () => {
     await until(() => r.listener.state === 'reconnecting', 'the drop is reported');
 
     const upload = await connectedRig();
-    upload.network.uploadCloses = true;
+    upload.network.mediaHostsAnswers = ['close'];
     await rejectsWith(upload.driver.send({ messengerId: mid(), to: phoneTo(), type: 'image', media: randomBytes(100), mimetype: 'image/jpeg' }), NOT_CONNECTED, true);
 
     const stale = await connectedRig();
@@ -692,7 +692,7 @@ describe('baileys driver: sending', () => {
     const image = (): OutboundMessage => ({ messengerId: mid(), to: phoneTo(), type: 'image', media: randomBytes(100), mimetype: 'image/jpeg' });
     const r = await connectedRig();
     const first = r.sock();
-    r.network.mediaHostsQueryErrors = 1;
+    r.network.mediaHostsAnswers = ['error'];
     await rejectsWith(r.driver.send(image()), NOT_CONNECTED, true);
     assert.equal(first.isClosed, true, 'the socket that kept the failure is ended');
     await until(() => r.listener.state === 'reconnecting', 'the renewal is reported');
@@ -705,7 +705,7 @@ describe('baileys driver: sending', () => {
 
     // Hosts that keep failing soon after: the sends fail, the session is not reconnected in a loop.
     const socketsBefore = r.network.sockets.length;
-    r.network.mediaHostsQueryErrors = 1;
+    r.network.mediaHostsAnswers = ['error'];
     await r.sock().refreshMediaConn(true).catch(() => {}); // the kept answer expired and its renewal failed
     await rejectsWith(r.driver.send(image()), 'media_upload_failed', true);
     await rejectsWith(r.driver.send(image()), 'media_upload_failed', true);
@@ -715,10 +715,23 @@ describe('baileys driver: sending', () => {
     assert.equal(r.network.mediaHostsQueries, 3, 'the failed answer is kept, as Baileys does');
 
     // An upload that fails while the media hosts are known is the file's failure: no reconnect.
-    const other = await connectedRig({ mediaHostsRenewalMs: 0 });
+    const other = await connectedRig({ mediaHostsRenewalMs: 0, mediaHostsCheckMs: 100 });
     other.network.uploadFails = true;
     await rejectsWith(other.driver.send(image()), 'media_upload_failed', true);
     assert.equal(other.sock().isClosed, false);
+    // Nor when the check's fresh query is merely slow: its answer may still come.
+    other.network.mediaHostsTtlSeconds = -1; // answers expired at once: every upload and every check asks again
+    await other.sock().refreshMediaConn(true); // replaces the answer kept with one that expired
+    other.network.mediaHostsAnswers = ['ok', 'slow'];
+    const asked = other.network.mediaHostsQueries;
+    await rejectsWith(other.driver.send(image()), 'media_upload_failed', true);
+    assert.equal(other.network.mediaHostsQueries - asked, 2, 'the upload and the check asked');
+    assert.equal(other.sock().isClosed, false, 'a slow answer renews nothing');
+    await new Promise((resolve) => setTimeout(resolve, 300)); // the slow answer arrives
+    // A connection that closes under the check: nothing was sent, the send goes back to the queue.
+    other.network.mediaHostsAnswers = ['ok', 'close'];
+    await rejectsWith(other.driver.send(image()), NOT_CONNECTED, true);
+    assert.deepEqual([other.network.mediaHostsAnswers, other.network.relayed.length], [[], 0]);
   });
 
   it('is uncertain when the connection closes or times out after the message went to the socket', async () => {
@@ -918,12 +931,16 @@ describe('baileys driver: receiving', () => {
     assert.equal(bare?.text, 'geo:48.8584,2.2945');
     const live = await deliver(r, received({ chat, message: { liveLocationMessage: { degreesLatitude: 1.5, degreesLongitude: -0.25, caption: 'on my way' } } }));
     assert.deepEqual([live?.type, live?.text], ['text', 'on my way\ngeo:1.5,-0.25']);
-    const moved = await deliver(r, received({ chat, message: { liveLocationMessage: { degreesLatitude: 1.6, degreesLongitude: -0.25, sequenceNumber: 3 } } }));
-    assert.equal(moved, undefined, 'a later position of a live location is no new message');
+    // Plain decimals as RFC 5870 writes them (JavaScript would write 1e-7), and no place off the Earth.
+    const nearZero = await deliver(r, received({ chat, message: { locationMessage: { degreesLatitude: 0.0000001, degreesLongitude: -0 } } }));
+    assert.equal(nearZero?.text, 'geo:0.0000001,0');
+    for (const [lat, lng] of [[Number.NaN, 0], [91, 0], [0, Number.POSITIVE_INFINITY], [0, -180.5]]) {
+      assert.equal(await deliver(r, received({ chat, message: { locationMessage: { degreesLatitude: lat, degreesLongitude: lng } } })), undefined, `${lat},${lng} is no place`);
+    }
 
     const vcard = (name: string) => `BEGIN:VCARD\nVERSION:3.0\nFN:${name}\nTEL;type=CELL;waid=5511955554444:+55 11 95555-4444\nEND:VCARD`;
     const card = await deliver(r, received({ chat, message: { contactMessage: { displayName: 'Ana/Maria', vcard: vcard('Ana Maria') } } }));
-    assert.deepEqual([card?.type, card?.text, card?.media?.mimetype, card?.media?.fileName], ['document', null, 'text/vcard', 'Ana_Maria.vcf']);
+    assert.deepEqual([card?.type, card?.text, card?.media?.mimetype, card?.media?.fileName], ['document', null, 'text/vcard', 'Ana/Maria.vcf']);
     assert.equal(Buffer.from(await card!.media!.download()).toString(), `${vcard('Ana Maria')}\r\n`);
     const several = await deliver(r, received({ chat, message: { contactsArrayMessage: { displayName: '2 contacts', contacts: [{ displayName: 'A', vcard: vcard('A') }, { displayName: 'B', vcard: vcard('B') }] } } }));
     assert.deepEqual([several?.type, several?.media?.fileName], ['document', '2 contacts.vcf']);

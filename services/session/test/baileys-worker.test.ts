@@ -159,11 +159,13 @@ describe('baileys driver in the session worker', function () {
   it('archives a shared contact as its vCard file, served like any received document', async () => {
     await connect();
     const vcard = 'BEGIN:VCARD\nVERSION:3.0\nFN:Ana\nTEL;type=CELL;waid=5511955554444:+55 11 95555-4444\nEND:VCARD';
-    const card = inbound({ contactMessage: { displayName: 'Ana', vcard } });
+    // The sender names the file: a path separator or a right-to-left override (showing `fdp.vcf`
+    // for `fcv.pdf`) does not reach whoever saves it by that name.
+    const card = inbound({ contactMessage: { displayName: 'Ana/\u202Efdp', vcard } });
     network.current.emit('messages.upsert', { messages: [card], type: 'notify' });
     await until(async () => (await eventsOf(env.db, instanceId, 'message.received')).some((e) => e.data.messageId === card.key.id), 'received', 10_000);
     const data = (await eventsOf(env.db, instanceId, 'message.received')).find((e) => e.data.messageId === card.key.id)!.data;
-    assert.deepEqual([data.type, data.media.mimetype, data.media.fileName, data.media.downloadAvailable], ['document', 'text/vcard', 'Ana.vcf', true]);
+    assert.deepEqual([data.type, data.media.mimetype, data.media.fileName, data.media.downloadAvailable], ['document', 'text/vcard', 'Ana_fdp.vcf', true]);
     const mediaId = decodeURIComponent(new URL(data.media.url).pathname.split('/').pop()!);
     assert.equal(Buffer.from(await env.media.read(mediaId)).toString(), `${vcard}\r\n`);
   });

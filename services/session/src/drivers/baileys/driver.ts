@@ -81,6 +81,8 @@ export interface BaileysDriverOptions {
   /** The least time between two reconnects for media hosts the socket can no longer ask for
    *  (MEDIA_HOSTS_RENEWAL_MS); tests shorten it. */
   mediaHostsRenewalMs?: number;
+  /** How long the check of a socket's media hosts may wait for the server (MEDIA_HOSTS_CHECK_MS). */
+  mediaHostsCheckMs?: number;
   /** Baileys' own log level; its debug output can contain key material, so keep it at warn. */
   baileysLogLevel?: string;
   /** The WhatsApp Web version sockets announce; createBaileysDriver gives its drivers one source. */
@@ -619,15 +621,19 @@ export class BaileysDriver implements NetworkDriver {
   /** What a failed media upload means for its send. Nothing was sent either way. */
   private async uploadFailure(sock: BaileysSocket, error: unknown): Promise<SendError> {
     // An upload that met a closed connection is no verdict on the file: back to the queue.
-    if (closedUnder(error) || this.endedSockets.has(sock)) return new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
+    const closed = () => new SendError(NOT_CONNECTED, `the connection closed while the media was uploaded: ${errorSummary(error)}`, true);
+    if (closedUnder(error) || this.endedSockets.has(sock)) return closed();
     const failed = new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
     // Baileys keeps a failed media-hosts query (a time-out, a server error) for the socket's
     // life: every later upload on it would fail, and only a new socket asks again.
-    const hostsKnown = await withTimeout(sock.refreshMediaConn(false), MEDIA_HOSTS_CHECK_MS, 'media hosts query').then(
-      () => true,
-      () => false,
+    // Only a query that was refused or kept failing says so: a slow answer (our deadline) may still come.
+    const hosts = await withTimeout(sock.refreshMediaConn(false), this.opts.mediaHostsCheckMs ?? MEDIA_HOSTS_CHECK_MS, 'media hosts query').then(
+      () => 'known' as const,
+      (err: unknown) => (err instanceof TimeoutError ? ('slow' as const) : ('lost' as const)),
     );
-    if (hostsKnown || this.endedSockets.has(sock)) return failed;
+    // The connection closed meanwhile: nothing was sent, back to the queue.
+    if (this.endedSockets.has(sock)) return closed();
+    if (hosts !== 'lost') return failed;
     if (Date.now() - this.mediaHostsRenewedAt < (this.opts.mediaHostsRenewalMs ?? MEDIA_HOSTS_RENEWAL_MS)) return failed;
     this.mediaHostsRenewedAt = Date.now();
     this.log.warn({ err: errorSummary(error) }, 'the socket can no longer ask where to upload media; reconnecting');

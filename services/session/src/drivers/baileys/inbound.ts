@@ -105,17 +105,24 @@ export function classify(content: proto.IMessage | undefined): Classified | null
   return null;
 }
 
-/** A shared place as words: its name, address and comment when given, then a geo: URI (RFC
- *  5870), which maps apps open and programs parse. A live location counts once, where it starts:
- *  its later positions (a sequence number) are no new messages. */
+/** A shared place (also a live one) as words: its name, address and comment when given, then a
+ *  geo: URI (RFC 5870), which maps apps open and programs parse; none for coordinates that are
+ *  no place on Earth. */
 function placeText(content: proto.IMessage): string | null {
-  const live = content.liveLocationMessage;
-  const place = content.locationMessage ?? (Number(live?.sequenceNumber ?? 0) > 0 ? undefined : live);
-  const { degreesLatitude: lat, degreesLongitude: lng } = place ?? {};
-  if (typeof lat !== 'number' || typeof lng !== 'number') return null;
+  const place = content.locationMessage ?? content.liveLocationMessage;
+  const lat = geoCoordinate(place?.degreesLatitude, 90);
+  const lng = geoCoordinate(place?.degreesLongitude, 180);
+  if (lat === null || lng === null) return null;
   const location = content.locationMessage;
   const words = [location?.name, location?.address, location?.comment, content.liveLocationMessage?.caption];
   return [...words.filter((w): w is string => !!w?.trim()), `geo:${lat},${lng}`].join('\n');
+}
+
+/** A coordinate as RFC 5870 writes it: plain decimals (no exponent), at most 7 places (about a centimetre). */
+function geoCoordinate(value: number | null | undefined, limit: number): string | null {
+  if (typeof value !== 'number' || !Number.isFinite(value) || Math.abs(value) > limit) return null;
+  const fixed = value.toFixed(7).replace(/\.?0+$/, '');
+  return fixed === '-0' ? '0' : fixed;
 }
 
 /** Shared contacts as the vCard file they are (one card, or several in one file), named after
@@ -125,7 +132,7 @@ function contactCards(content: proto.IMessage): Classified['file'] | null {
   const cards = (one ? [one] : (content.contactsArrayMessage?.contacts ?? [])).filter((c) => c.vcard?.trim());
   if (!cards.length) return null;
   const shown = (one ? one.displayName : content.contactsArrayMessage?.displayName) || cards[0].displayName || 'contact';
-  const fileName = `${[...shown].map((c) => (c < ' ' || c === '\x7f' || c === '/' || c === '\\' ? '_' : c)).join('').trim().slice(0, 100) || 'contact'}.vcf`;
+  const fileName = `${shown.trim().slice(0, 100) || 'contact'}.vcf`;
   return { bytes: Buffer.from(cards.map((c) => c.vcard!.trim()).join('\r\n') + '\r\n'), mimetype: 'text/vcard', fileName };
 }
 

@@ -58,10 +58,11 @@ export class StandInNetwork {
   reuploads = 0;
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
-  /** The connection drops while the next media-hosts query (Baileys' refreshMediaConn) waits for its answer. */
-  uploadCloses = false;
-  /** How many of the next media-hosts queries the server answers with an error node. */
-  mediaHostsQueryErrors = 0;
+  /** How the server answers the next media-hosts queries (Baileys' refreshMediaConn), in order,
+ *  then `ok`: with an error node; the connection drops while it waits; the hosts, 300 ms late. */
+  mediaHostsAnswers: Array<'ok' | 'error' | 'close' | 'slow'> = [];
+  /** How long an answer to a media-hosts query stays valid (WhatsApp's `ttl`). */
+  mediaHostsTtlSeconds = 300;
   /** Media-hosts queries asked, over all sockets. */
   mediaHostsQueries = 0;
   /** The connection drops while the next pairing-code request waits for the server. */
@@ -291,16 +292,13 @@ export class StandInSocket implements BaileysSocket {
   private async queryMediaHosts(): Promise<MediaConnInfo> {
     this.assertOpen();
     this.network.mediaHostsQueries++;
-    if (this.network.uploadCloses) {
-      this.network.uploadCloses = false;
-      return this.closeUnderQuery();
-    }
-    if (this.network.mediaHostsQueryErrors > 0) {
-      this.network.mediaHostsQueryErrors--;
-      // Like Baileys' query: the server's error node becomes a Boom carrying its code as `data`.
-      throw new Boom('internal-server-error', { data: 500 });
-    }
-    return { hosts: [{ hostname: 'mmg.whatsapp.net', maxContentLengthBytes: 104_857_600 }], auth: randomBytes(8).toString('hex'), ttl: 300, fetchDate: new Date() };
+    const answer = this.network.mediaHostsAnswers.shift() ?? 'ok';
+    if (answer === 'close') return this.closeUnderQuery();
+    if (answer === 'slow') await new Promise((resolve) => setTimeout(resolve, 300));
+    // Like Baileys' query: the server's error node becomes a Boom carrying its code as `data`.
+    if (answer === 'error') throw new Boom('internal-server-error', { data: 500 });
+    const ttl = this.network.mediaHostsTtlSeconds;
+    return { hosts: [{ hostname: 'mmg.whatsapp.net', maxContentLengthBytes: 104_857_600 }], auth: randomBytes(8).toString('hex'), ttl, fetchDate: new Date() };
   }
 
   async updateMediaMessage(message: WAMessage): Promise<WAMessage> {
