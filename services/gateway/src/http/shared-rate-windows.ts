@@ -74,7 +74,12 @@ export class SharedRateWindows implements RateWindows {
 
   async stop(): Promise<void> {
     await this.sweep.stop();
-    await this.batcher.idle();
+    await this.idle();
+  }
+
+  /** Resolves once no statement is under way (its answer taken in, the database shared again). */
+  idle(): Promise<void> {
+    return this.batcher.idle();
   }
 
   /** Deletes the rows of clients quiet for longer than the window (and the second that may still

@@ -625,8 +625,8 @@ export class BaileysDriver implements NetworkDriver {
     if (closedUnder(error) || this.endedSockets.has(sock)) return closed();
     const failed = new SendError('media_upload_failed', `could not prepare the message: ${errorSummary(error)}`, true);
     // Baileys keeps a failed media-hosts query (a time-out, a server error) for the socket's
-    // life: every later upload on it would fail, and only a new socket asks again.
-    // Only a query that was refused or kept failing says so: a slow answer (our deadline) may still come.
+    // life: every later upload on it would fail, and only a new socket asks again. An answer that
+    // is only slow (our deadline) is no such failure: it may still come.
     const hosts = await withTimeout(sock.refreshMediaConn(false), this.opts.mediaHostsCheckMs ?? MEDIA_HOSTS_CHECK_MS, 'media hosts query').then(
       () => 'known' as const,
       (err: unknown) => (err instanceof TimeoutError ? ('slow' as const) : ('lost' as const)),
