@@ -59,7 +59,7 @@ export class StandInNetwork {
   relayBehaviour: RelayBehaviour = 'accept';
   uploadFails = false;
   /** How the server answers the next media-hosts queries (Baileys' refreshMediaConn), in order,
- *  then `ok`: with an error node; the connection drops while it waits; the hosts, 300 ms late. */
+   *  then `ok`: with an error node; the connection drops while it waits; the hosts, 300 ms late. */
   mediaHostsAnswers: Array<'ok' | 'error' | 'close' | 'slow'> = [];
   /** How long an answer to a media-hosts query stays valid (WhatsApp's `ttl`). */
   mediaHostsTtlSeconds = 300;
