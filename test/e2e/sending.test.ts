@@ -288,6 +288,14 @@ for (const mode of modes) {
       );
       assert.equal(by(group.body.messageId).from, '120363025246125888@g.us');
       assert.equal(by(group.body.messageId).participant, '5511977776666@s.whatsapp.net');
+      // The short form a send takes names the same group.
+      const short = await sandbox('inbound', { from: '5511977776666', type: 'text', text: 'Short form', group: '120363025246125888-group' });
+      assert.equal(short.status, 200, JSON.stringify(short.body));
+      const shortRecord = await eventually(async () => ((await t.client(inst.apiToken).get(`/api/instances/${inst.id}/incoming`)).body.data as any[]).find((m) => m.messageId === short.body.messageId));
+      assert.equal(shortRecord.from, '120363025246125888@g.us');
+      const bad = await sandbox('inbound', { from: '5511977776666', type: 'text', text: 'x', group: '12-34-group' });
+      assert.equal(bad.status, 400);
+      assert.deepEqual(bad.body.errors, [{ path: 'group', message: 'must be a group: <digits>@g.us or <digits>-group' }]);
       assert.equal(by(lid.body.messageId).chatLid, '187654321987654@lid');
       const img = by(image.body.messageId);
       assert.equal(img.type, 'image');

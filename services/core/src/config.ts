@@ -89,7 +89,10 @@ export function loadConfig(env: Env = process.env): Config {
       /^postgres(ql)?:\/\//.test(v) && URL.canParse(v) ? v : 'must be a postgres:// or postgresql:// URL',
     ),
     natsUrl: read.optional('NATS_URL', (v) => (isNatsServerList(v) ? v : 'must be a nats:// URL, or several separated by commas')),
-    natsNamespace: read.str('NATS_NAMESPACE', '', /^[A-Za-z0-9_-]*$/),
+    natsNamespace: read.str('NATS_NAMESPACE', '', {
+      pattern: /^[A-Za-z0-9_-]*$/,
+      words: 'letters, digits, "_" and "-" only',
+    }),
     networkDriver: read.oneOf('NETWORK_DRIVER', 'baileys', ['baileys', 'sandbox'] as const),
     encryptionKey: read.key('ENCRYPTION_KEY'),
     webhookRetrySchedule: read.schedule('WEBHOOK_RETRY_SCHEDULE', DEFAULT_RETRY_SCHEDULE),
@@ -134,9 +137,10 @@ export class EnvReader {
     return fallback;
   }
 
-  str(name: string, fallback: string, pattern?: RegExp): string {
+  /** `allowed` says in words what `pattern` accepts, for the start-up line. */
+  str(name: string, fallback: string, allowed?: { pattern: RegExp; words: string }): string {
     const v = this.raw(name) ?? fallback;
-    if (pattern && !pattern.test(v)) return this.fail(name, `must match ${pattern}`, fallback);
+    if (allowed && !allowed.pattern.test(v)) return this.fail(name, `must be ${allowed.words} (got "${v}")`, fallback);
     return v;
   }
 

@@ -20,7 +20,7 @@ export * from './runtime.ts';
 export * from './bus/types.ts';
 export * from './bus/index.ts';
 export * from './media/types.ts';
-export { openDatabase, migrate, isEmbedded, batchGatherMs, prepared, FOREIGN_KEY_VIOLATION, isForeignKeyViolation, isDatabaseUnavailable, type Db, type DatabaseOptions } from './db/connect.ts';
+export { openDatabase, embeddedDatabaseIsNew, migrate, isEmbedded, batchGatherMs, prepared, FOREIGN_KEY_VIOLATION, isForeignKeyViolation, isDatabaseUnavailable, type Db, type DatabaseOptions } from './db/connect.ts';
 export { jsonObject } from './db/json-column.ts';
 export { SEND_QUEUE_LIMIT, QUEUE_FULL_SQLSTATE } from './db/migrations/002_queue_count.ts';
 export * from './auth-store.ts';

@@ -134,6 +134,9 @@ describe('configuration', () => {
     for (const seeds of ['nats://a:4222,http://b:4222', 'nats://a:4222, b c', ' , ']) {
       assert.throws(() => loadConfig({ NATS_URL: seeds }), (err: unknown) => err instanceof ConfigError && err.problems[0].startsWith('NATS_URL: '), seeds);
     }
+    // A prefix of subjects: the line says in words what it may hold, not a regular expression.
+    assert.throws(() => loadConfig({ NATS_NAMESPACE: 'team.a' }), (err: unknown) => err instanceof ConfigError && err.problems[0] === 'NATS_NAMESPACE: must be letters, digits, "_" and "-" only (got "team.a")');
+    assert.equal(loadConfig({ NATS_NAMESPACE: 'team_a-2' }).natsNamespace, 'team_a-2');
     assert.equal(loadConfig({ NATS_URL: 'nats://a:4222, nats://b:4222,c:4222' }).natsUrl, 'nats://a:4222, nats://b:4222,c:4222');
     assert.deepEqual(loadConfig({ ALLOWED_ORIGINS: 'http://localhost:3000' }).allowedOrigins, ['http://localhost:3000']);
     assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '0,1,2,3,4,5,6,2592000000' }).webhookRetrySchedule[7], 2_592_000_000);
@@ -255,6 +258,7 @@ describe('configuration', () => {
       assert.equal(failed.status, 1, failed.stderr);
       const key = readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
       assert.doesNotMatch(failed.stdout + failed.stderr, new RegExp(key), 'a start that failed printed nothing of it');
+      assert.match(failed.stdout, /first start: creating the database in .*pgdata/, 'a new data directory says why the start takes a while');
       const second = await startOnce();
       assert.ok(second.includes(`: ${key}`), 'the next start shows it');
       // PORT=0: the port the server got is the one its public URL names.
@@ -262,6 +266,7 @@ describe('configuration', () => {
       assert.ok(Number(named) > 0 && named === bound, second);
       const third = await startOnce();
       assert.ok(!third.includes(key) && third.includes('administrative key is in'), third);
+      assert.doesNotMatch(third, /first start/);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }

@@ -1,11 +1,14 @@
 // `make run`: the embedded server. Prints where it listens and, on first start, the admin key.
-import { STOP_TIMEOUT_MS, checkTelemetryEnv, loadConfig, readEnvironment, runService, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
+import { STOP_TIMEOUT_MS, checkTelemetryEnv, embeddedDatabaseIsNew, loadConfig, readEnvironment, runService, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
 import { startEmbeddedServer, type EmbeddedServer } from './embedded.ts';
 
 async function start(): Promise<StopService> {
   const environment = readEnvironment({ config: () => loadConfig(), telemetry: () => checkTelemetryEnv() });
   const config = await withChosenPort(environment.config);
   console.log(`Switchboard: starting (data in ${config.dataDir}, driver ${config.networkDriver}, ${config.databaseUrl ? 'PostgreSQL' : 'embedded PGlite'}, ${config.natsUrl ? 'NATS' : 'in-process bus'})…`);
+  if (!config.databaseUrl && embeddedDatabaseIsNew(config.dataDir)) {
+    console.log(`Switchboard: first start: creating the database in ${config.dataDir}/pgdata (seconds; up to a minute on a busy machine)…`);
+  }
   const telemetry = await startTelemetry({ serviceName: 'switchboard' });
   let started: EmbeddedServer | undefined;
   const server = (started = await startEmbeddedServer(config, {

@@ -1,6 +1,7 @@
 // One knex handle for both databases: PostgreSQL (cluster mode) or PGlite in DATA_DIR (embedded).
 // The same SQL and migrations run on both, since PGlite is PostgreSQL compiled to WASM.
 import { ensurePrivateDirectory } from '../directories.ts';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
@@ -33,6 +34,16 @@ class PgliteClient extends (ClientPgLite as any) {
   }
 }
 
+/** Where PGlite keeps the embedded database. */
+export function embeddedDatabaseDir(dataDir: string): string {
+  return join(dataDir, 'pgdata');
+}
+
+/** Whether the embedded database still has to be created (PGlite's initdb takes seconds). */
+export function embeddedDatabaseIsNew(dataDir: string): boolean {
+  return !existsSync(join(embeddedDatabaseDir(dataDir), 'PG_VERSION'));
+}
+
 export function openDatabase(opts: DatabaseOptions): Db {
   if (opts.databaseUrl) {
     return knexFactory({
@@ -45,7 +56,7 @@ export function openDatabase(opts: DatabaseOptions): Db {
       log: knexLog(opts.log),
     });
   }
-  const dir = join(opts.dataDir, 'pgdata');
+  const dir = embeddedDatabaseDir(opts.dataDir);
   ensurePrivateDirectory(dir);
   return knexFactory({ client: PgliteClient as any, dialect: 'postgres', connection: { filename: dir }, log: knexLog(opts.log) } as Knex.Config);
 }

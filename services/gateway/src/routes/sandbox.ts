@@ -7,8 +7,8 @@ import { MAX_MEDIA_BYTES } from '../media/outbound.ts';
 import type { Route } from '../http/route.ts';
 import { callSession, loadInstance } from './common.ts';
 
-const Phone = z.string().regex(/^\d{8,15}$/, 'phone digits with country code (8-15)');
-const Lid = z.string().regex(/^\d{1,30}@lid$/, '<digits>@lid');
+const Phone = z.string().regex(/^\d{8,15}$/, 'must be phone digits with country code (8-15 digits)');
+const Lid = z.string().regex(/^\d{1,30}@lid$/, 'must be <digits>@lid');
 const bodies = {
   scan: z.object({ phone: Phone }),
   pair: z.object({ code: z.string().min(1).max(32) }),
@@ -17,7 +17,12 @@ const bodies = {
     type: z.enum(['text', 'image', 'audio', 'video', 'document', 'sticker']),
     text: z.string().max(16000).optional(),
     caption: z.string().max(16000).optional(),
-    group: z.string().regex(/^\d{1,30}(-\d{1,15})?@g\.us$/, '<digits>@g.us').optional(),
+    // Either form a send takes; the session is given the group id.
+    group: z
+      .string()
+      .regex(/^(\d{1,30}(-\d{1,15})?@g\.us|\d{1,30}-group)$/, 'must be a group: <digits>@g.us or <digits>-group')
+      .transform((g) => g.replace(/-group$/, '@g.us'))
+      .optional(),
     lid: Lid.optional(),
     name: z.string().max(256).optional(),
     fromMe: z.boolean().optional(),
