@@ -2,6 +2,7 @@
 // NATS. The gateway reaches the session over NATS request/reply; sends and events cross the bus.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { Objm } from '@nats-io/obj';
 import { connect } from '@nats-io/transport-node';
@@ -104,6 +105,27 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     // the burst before the kill, so wait for the restart rather than assume it happened already.
     await eventually(async () => session.restarts >= 1, 10_000, 'the supervisor to start the session again');
     await waitForState(admin, inst.id, 'connected', 30_000);
+  });
+
+  it('lets idle processes sleep: no timer wakes them many times a second', async () => {
+    // An idle pod's wake-ups are what a fleet of them costs its nodes (and, on a VM, each costs
+    // far more than the work it does). Counted as the event loop thread's voluntary context
+    // switches (it blocks in epoll between wake-ups). prom-client's event-loop monitor woke the
+    // gateway and the dispatcher ~100 times a second, the publish-expiry timer every process 10.
+    const inst = (await admin.post('/api/instances', { name: 'Idle session' })).body;
+    await admin.post(`/api/instances/${inst.id}/connect`);
+    const connected = cluster.startSession(inst.id);
+    await waitForState(admin, inst.id, 'awaiting_scan', 30_000);
+    await admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511900000032' });
+    await waitForState(admin, inst.id, 'connected');
+    await new Promise((r) => setTimeout(r, 2000)); // earlier receipts and webhooks settle
+    const processes = { gateway: cluster.gateway, dispatcher: cluster.dispatchers[0], session: connected };
+    const switches = (pid: number) => Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+    const before = Object.fromEntries(Object.entries(processes).map(([name, p]) => [name, switches(p.pid!)]));
+    const seconds = 4;
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    const perSecond = Object.fromEntries(Object.entries(processes).map(([name, p]) => [name, (switches(p.pid!) - before[name]) / seconds]));
+    assert.ok(perSecond.gateway < 40 && perSecond.dispatcher < 40 && perSecond.session < 10, `wake-ups a second when idle: ${JSON.stringify(perSecond)}`);
   });
 });
 

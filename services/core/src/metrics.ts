@@ -55,9 +55,13 @@ export interface Metrics {
 const INSTANCE_STATES = ['stopped', 'starting', 'awaiting_scan', 'connected', 'reconnecting', 'logged_out'];
 const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'filtered', 'no_destination', 'cancelled'];
 
+const EVENT_LOOP_SAMPLE_MS = 100;
+
 export function createMetrics(opts: MetricsOptions = {}): Metrics {
   const registry = new Registry();
-  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'switchboard_' });
+  // The event loop's lag is sampled every 100 ms, not prom-client's 10: its timer woke an idle
+  // process a hundred times a second. Stalls of 100 ms and longer are all still seen.
+  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'switchboard_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const registers = [registry];
 
   const httpRequests = new Counter({ name: 'switchboard_http_requests_total', help: 'HTTP requests by method, route template and status', labelNames: ['method', 'route', 'status'] as const, registers });

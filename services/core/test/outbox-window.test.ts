@@ -85,5 +85,26 @@ describe('outbox relay publish window', () => {
       assert.deepEqual(published, ['1', '2', '3', '4', '5', '6']);
       assert.equal(Number((await db('outbox').count({ n: '*' }).first())!.n), 0);
     });
+
+    it('sweeps up rows no writer published, and looks with one plain statement while the outbox is empty', async () => {
+      const published: string[] = [];
+      const bus = { publish: async (_s: string, data: Uint8Array) => void published.push(Buffer.from(data).toString('utf8')) } as unknown as MemoryBus;
+      const relay = new OutboxRelay(db, bus, log, 50, 200);
+      relay.start();
+      await relay.flush();
+      // Every gateway and session process sweeps each second: an empty pass opens no transaction.
+      const statements: string[] = [];
+      const record = (q: { sql: string }) => statements.push(q.sql.trim().split(/\s+/)[0].toLowerCase());
+      db.on('query', record);
+      await new Promise((r) => setTimeout(r, 300));
+      db.off('query', record);
+      assert.ok(statements.length >= 3, `the sweep ran (${statements.length} statements)`);
+      assert.deepEqual([...new Set(statements)], ['select'], statements.join(' '));
+      // A row its writer never published (it crashed after the commit) goes out on the next pass.
+      await enqueueOutbox(db, { subject: 'cmd.inst', msgId: 'lost', payload: 'left behind' });
+      await waitFor(() => published.includes('left behind'), 'the sweep to publish the row');
+      await relay.stop();
+      assert.equal(Number((await db('outbox').count({ n: '*' }).first())!.n), 0);
+    });
   });
 });
