@@ -16,6 +16,7 @@ import { measureDispatcher, PER_DESTINATION_CONCURRENCY } from './scenarios/disp
 import { measureSessionMemory } from './scenarios/memory.ts';
 import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
 import { startBareKoa, startBenchCluster, startDurableFloor, startEmbedded, type ServerUnderTest } from './targets.ts';
+import { measureWakeUpCost, type WakeUpCost } from './wake-up-cost.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const OUT = process.env.BENCH_OUT ?? join(REPO_ROOT, 'test/bench/results/latest.json');
@@ -80,8 +81,10 @@ async function withServer<T>(start: () => Promise<ServerUnderTest | { stop(): Pr
 
 async function main(): Promise<void> {
   console.log(`bench: ${cpus().length} CPUs (${cpus()[0]?.model}), node ${process.version}, ${SECONDS} s windows`);
+  const wakeUp = await settled(measureWakeUpCost);
+  console.log(`bench: this machine spends ${wakeUp.timerWakeUpUs.toFixed(0)} µs of CPU on a process's wake-up, ${wakeUp.loopbackRoundTripUs.toFixed(0)} µs on a loopback round trip (performance.md, section 32)`);
   const accept: Record<string, AcceptFigures> = {};
-  if (ONLY) return runSelected(accept);
+  if (ONLY) return runSelected(accept, wakeUp);
   await settled(() => acceptReference('baseline', accept));
   await settled(() => acceptReference('floor', accept));
   await settled(() => acceptOnEmbedded(accept));
@@ -89,13 +92,13 @@ async function main(): Promise<void> {
 
   const dispatcher = await settled(measureDispatcherScenario);
   const pipeline = await settled(measurePipeline);
-  const rows = tableRows(accept, dispatcher, pipeline);
+  const rows = tableRows(accept, dispatcher, pipeline, wakeUp);
   console.log('');
   printTable(rows);
   const strip = ({ load, ...rest }: { load: unknown } & Record<string, unknown>) => (void load, rest);
   writeJson(OUT, {
     date: new Date().toISOString(),
-    machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version },
+    machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version, ...wakeUp },
     windowSeconds: SECONDS,
     accept,
     dispatcher,
@@ -108,8 +111,8 @@ async function main(): Promise<void> {
 }
 
 /** BENCH_ONLY: the selected scenarios, printed as JSON (no table, nothing written). */
-async function runSelected(accept: Record<string, AcceptFigures>): Promise<void> {
-  const out: Record<string, unknown> = {};
+async function runSelected(accept: Record<string, AcceptFigures>, wakeUp: WakeUpCost): Promise<void> {
+  const out: Record<string, unknown> = { machine: wakeUp };
   if (wants('baseline')) await settled(() => acceptReference('baseline', accept));
   if (wants('floor')) await settled(() => acceptReference('floor', accept));
   if (wants('accept-embedded')) await settled(() => acceptOnEmbedded(accept));
@@ -194,9 +197,10 @@ function measurePipeline() {
   });
 }
 
-function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<ReturnType<typeof measureDispatcher>>, p: any): Row[] {
+function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<ReturnType<typeof measureDispatcher>>, p: any, wakeUp: WakeUpCost): Row[] {
   const base = accept.baseline.peakRps;
-  const rows: Row[] = [{ figure: 'accept: bare Koa 202 (baseline)', value: `${base.toFixed(0)} req/s at ${accept.baseline.peakConcurrency} in flight, p50 ${accept.baseline.peakP50Ms.toFixed(1)} ms, p99 ${accept.baseline.peakP99Ms.toFixed(1)} ms` }];
+  const rows: Row[] = [
+    { figure: 'machine: CPU per process wake-up / loopback round trip', value: `${wakeUp.timerWakeUpUs.toFixed(0)} / ${wakeUp.loopbackRoundTripUs.toFixed(0)} µs` },{ figure: 'accept: bare Koa 202 (baseline)', value: `${base.toFixed(0)} req/s at ${accept.baseline.peakConcurrency} in flight, p50 ${accept.baseline.peakP50Ms.toFixed(1)} ms, p99 ${accept.baseline.peakP99Ms.toFixed(1)} ms` }];
   const floor = accept.floor;
   rows.push({
     figure: 'accept: Koa + group-commit INSERT (durability floor)',
