@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import knexFactory from 'knex';
 import { request as httpRequest } from 'node:http';
 import { Objm } from '@nats-io/obj';
 import { connect } from '@nats-io/transport-node';
@@ -107,7 +108,7 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     await waitForState(admin, inst.id, 'connected', 30_000);
   });
 
-  it('lets idle processes sleep: no timer wakes them many times a second', async () => {
+  it('lets idle processes sleep (no timer wakes them many times a second) and names their database connections', async () => {
     // An idle pod's wake-ups are what a fleet of them costs its nodes (and, on a VM, each costs
     // far more than the work it does). Counted as the event loop thread's voluntary context
     // switches (it blocks in epoll between wake-ups). prom-client's event-loop monitor woke the
@@ -126,6 +127,16 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     await new Promise((r) => setTimeout(r, seconds * 1000));
     const perSecond = Object.fromEntries(Object.entries(processes).map(([name, p]) => [name, (switches(p.pid!) - before[name]) / seconds]));
     assert.ok(perSecond.gateway < 40 && perSecond.dispatcher < 40 && perSecond.session < 10, `wake-ups a second when idle: ${JSON.stringify(perSecond)}`);
+    // Idle, each holds a connection or two; pg_stat_activity names whose they are.
+    const db = knexFactory({ client: 'pg', connection: database.url, pool: { min: 0, max: 1 } });
+    try {
+      const { rows } = await db.raw('SELECT application_name AS name, count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1');
+      const held = Object.fromEntries(rows.map((r: { name: string; n: number }) => [r.name, r.n]));
+      assert.ok(held['switchboard-gateway'] >= 1 && held['switchboard-dispatcher'] >= 1, JSON.stringify(held));
+      assert.ok(held[`switchboard-session ${inst.id}`] >= 2, `the owner lock's connection and the pool's: ${JSON.stringify(held)}`);
+    } finally {
+      await db.destroy();
+    }
   });
 });
 

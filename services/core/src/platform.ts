@@ -59,7 +59,7 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
   const unlock = config.databaseUrl ? () => undefined : await startStep('DATA_DIR', 'cannot be used', async () => lockDataDirectory(config.dataDir));
   const closers: (() => Promise<unknown>)[] = [async () => unlock()];
   try {
-    const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log }));
+    const db = await startStep(database, 'cannot open the database', async () => openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, applicationName: opts.service === 'switchboard' ? 'switchboard' : `switchboard-${opts.service}`, log }));
     closers.unshift(() => db.destroy());
     if (opts.claimDatabase) {
       const claim = await startStep(database, 'cannot open or claim the database', () => opts.claimDatabase!(db, log));

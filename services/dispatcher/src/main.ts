@@ -48,7 +48,7 @@ async function start(): Promise<() => Promise<void>> {
   });
   const telemetry = await startTelemetry({ serviceName: 'switchboard-dispatcher' });
   const log = createLogger({ level: config.logLevel, name: 'dispatcher' });
-  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, applicationName: 'switchboard-dispatcher', log });
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const crypto = new Crypto(config.encryptionKey!);
   await checkEncryptionKeyAtStart(db, crypto);

@@ -21,7 +21,7 @@ async function start(): Promise<() => Promise<void>> {
   // Traces the operator's pg queries and Kubernetes API calls (off unless OTEL_* configures an exporter).
   const telemetry = await startTelemetry({ serviceName: 'switchboard-operator' });
   const logger = createLogger({ level: config.logLevel, name: 'operator' });
-  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolMax: 4 });
+  const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolMax: 4, applicationName: 'switchboard-operator' });
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const crypto = new Crypto(config.encryptionKey!);
   await checkEncryptionKeyAtStart(db, crypto);

@@ -97,6 +97,11 @@ describe('chart, CRDs and examples', function () {
     const bundled = template(REQUIRED);
     assert.ok(find(bundled, 'StatefulSet', 'sb-switchboard-postgresql') && find(bundled, 'StatefulSet', 'sb-switchboard-nats'));
     assert.match(find(bundled, 'Secret', 'sb-switchboard-env')!.stringData.DATABASE_URL, /@sb-switchboard-postgresql:5432\//);
+    // Each instance's session pod holds connections of its own: not PostgreSQL's default 100.
+    const postgres = (objs: any[]) => find(objs, 'StatefulSet', 'sb-switchboard-postgresql')!.spec.template.spec.containers[0];
+    assert.deepEqual(postgres(bundled).args, ['-c', 'max_connections=400']);
+    assert.deepEqual(postgres(template([...REQUIRED, 'postgresql.maxConnections=1200'])).args, ['-c', 'max_connections=1200']);
+    assert.throws(() => template([...REQUIRED, 'postgresql.maxConnections=lots']), /maxConnections/);
     assert.equal(bundled.filter((o) => o.kind === 'ServiceMonitor').length, 0);
     assert.ok(bundled.some((o) => o.kind === 'NetworkPolicy'));
     // The policies isolate Switchboard's pods only, not another app's "operator" or "postgresql".

@@ -71,7 +71,7 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   const { config, instanceId } = cfg;
   const log = createLogger({ level: config.logLevel, name: 'session' }).child({ instanceId });
   const crypto = new Crypto(cfg.encryptionKey);
-  const db = openDatabase({ databaseUrl: cfg.databaseUrl, dataDir: config.dataDir, poolMax: 5, log });
+  const db = openDatabase({ databaseUrl: cfg.databaseUrl, dataDir: config.dataDir, poolMax: 5, applicationName: `switchboard-session ${instanceId}`, log });
   const row = await startStep('DATABASE_URL', 'cannot read the database', () => db('instances').where({ id: instanceId }).first('id'));
   if (!row) {
     await db.destroy();

@@ -14,6 +14,8 @@ export interface DatabaseOptions {
   databaseUrl?: string;
   dataDir: string;
   poolMax?: number;
+  /** Shown in pg_stat_activity (who holds which connections: `switchboard-session <instance>`). */
+  applicationName?: string;
   /** Where knex's own messages go (at debug level, first line only). */
   log?: Logger;
 }
@@ -48,7 +50,7 @@ export function openDatabase(opts: DatabaseOptions): Db {
   if (opts.databaseUrl) {
     return knexFactory({
       client: 'pg',
-      connection: opts.databaseUrl,
+      connection: { connectionString: opts.databaseUrl, application_name: opts.applicationName ?? 'switchboard' },
       // 20: concurrent transactions share WAL flushes (group commit), which 10 held back under
       // load (most connections sat in COMMIT); still far below PostgreSQL's default 100.
       pool: { min: 0, max: opts.poolMax ?? 20 },
