@@ -88,13 +88,19 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     assert.equal(back.phone, '5511900000030', 'reconnects without a new scan');
   });
 
-  it('turns in-flight items into uncertain and loses nothing when the session process is killed', async () => {
-    const inst = (await admin.post('/api/instances', { name: 'Killed session' })).body;
+  /** A new instance, its session process started (the operator's part) and paired on the sandbox. */
+  async function pairedSession(name: string, phone: string) {
+    const inst = (await admin.post('/api/instances', { name })).body;
     await admin.post(`/api/instances/${inst.id}/connect`);
     const session = cluster.startSession(inst.id);
     await waitForState(admin, inst.id, 'awaiting_scan', 30_000);
-    await admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511900000031' });
+    await admin.post(`/sandbox/instances/${inst.id}/scan`, { phone });
     await waitForState(admin, inst.id, 'connected');
+    return { inst, session };
+  }
+
+  it('turns in-flight items into uncertain and loses nothing when the session process is killed', async () => {
+    const { inst, session } = await pairedSession('Killed session', '5511900000031');
     const ids: string[] = [];
     for (let i = 0; i < 100; i++) ids.push((await admin.post(`/api/instances/${inst.id}/messages`, { phone: '5511988887777', type: 'text', text: `burst ${i}` })).body.id);
     await session.kill9(); // the supervisor starts it again, as Kubernetes would
@@ -113,12 +119,7 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     // far more than the work it does). Counted as the event loop thread's voluntary context
     // switches (it blocks in epoll between wake-ups). prom-client's event-loop monitor woke the
     // gateway and the dispatcher ~100 times a second, the publish-expiry timer every process 10.
-    const inst = (await admin.post('/api/instances', { name: 'Idle session' })).body;
-    await admin.post(`/api/instances/${inst.id}/connect`);
-    const connected = cluster.startSession(inst.id);
-    await waitForState(admin, inst.id, 'awaiting_scan', 30_000);
-    await admin.post(`/sandbox/instances/${inst.id}/scan`, { phone: '5511900000032' });
-    await waitForState(admin, inst.id, 'connected');
+    const { inst, session: connected } = await pairedSession('Idle session', '5511900000032');
     await new Promise((r) => setTimeout(r, 2000)); // earlier receipts and webhooks settle
     const processes = { gateway: cluster.gateway, dispatcher: cluster.dispatchers[0], session: connected };
     const switches = (pid: number) => Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
