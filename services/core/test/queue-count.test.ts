@@ -1,6 +1,6 @@
-// The per-instance count of queued sends kept by the database (migration 002_queue_count): every
-// write into or out of `queued` adjusts it, the limit is refused with SQLSTATE SBQ01, and the
-// migration counts the items that were queued before it ran.
+// The per-instance count of queued sends kept by the database (migrations 002_queue_count and
+// 020_queue_slot_while_sending): every write into or out of `queued` or `sending` adjusts it, the
+// limit is refused with SQLSTATE SBQ01, and the migrations count the items there before they ran.
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
 import { QUEUE_FULL_SQLSTATE, SEND_QUEUE_LIMIT, migrate } from '../src/index.ts';
@@ -26,9 +26,9 @@ describe('queued-send count (PostgreSQL trigger)', () => {
   it('counts items queued before the migration ran', async () => {
     await db.migrate.up({ migrationSource }); // the first migration only
     await instance('inst-old');
-    await db('send_items').insert([item('inst-old'), item('inst-old'), item('inst-old', 'sent')]);
+    await db('send_items').insert([item('inst-old'), item('inst-old'), item('inst-old', 'sending'), item('inst-old', 'sent')]);
     await migrate(db);
-    assert.equal(await queuedCount('inst-old'), 2);
+    assert.equal(await queuedCount('inst-old'), 3);
   });
 
   it('follows every move into and out of the queue, including deletes', async () => {
@@ -36,8 +36,8 @@ describe('queued-send count (PostgreSQL trigger)', () => {
     const [a, b] = [item('inst-a'), item('inst-a')];
     await db('send_items').insert([a, b, item('inst-a', 'failed')]);
     assert.equal(await queuedCount('inst-a'), 2);
-    await db('send_items').where({ id: a.id }).update({ status: 'sending' });
-    assert.equal(await queuedCount('inst-a'), 1);
+    await db('send_items').where({ id: a.id }).update({ status: 'sending' }); // keeps its slot
+    assert.equal(await queuedCount('inst-a'), 2);
     await db('send_items').where({ id: a.id }).update({ status: 'queued' }); // not connected: back in the queue
     assert.equal(await queuedCount('inst-a'), 2);
     await db('send_items').where({ id: a.id }).update({ status: 'queued', updated_at: db.fn.now() }); // no move
@@ -54,6 +54,13 @@ describe('queued-send count (PostgreSQL trigger)', () => {
     await assert.rejects(db('send_items').insert(item('inst-full')), (err: any) => err.code === QUEUE_FULL_SQLSTATE);
     assert.equal(await queuedCount('inst-full'), SEND_QUEUE_LIMIT);
     await db('send_items').insert(item('inst-full', 'sent'));
+    // An item being sent holds its slot, so the one that goes back to the queue (the connection
+    // closed before it left) finds it still there: the queue never holds more than the limit.
+    const sending = (await db('send_items').where({ instance_id: 'inst-full', status: 'queued' }).first('id')).id;
+    await db('send_items').where({ id: sending }).update({ status: 'sending' });
+    await assert.rejects(db('send_items').insert(item('inst-full')), (err: any) => err.code === QUEUE_FULL_SQLSTATE);
+    await db('send_items').where({ id: sending }).update({ status: 'queued' });
+    assert.equal(await queuedCount('inst-full'), SEND_QUEUE_LIMIT);
     // A missing instance is the foreign key's error, not a full queue.
     await assert.rejects(db('send_items').insert(item('inst-missing')), (err: any) => err.code === '23503');
   });

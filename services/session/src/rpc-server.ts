@@ -1,7 +1,7 @@
 // Cluster mode: the session process answers `rpc.<instanceId>.<op>` for its one instance over the
 // bus (DESIGN §1). Replies are JSON; a Problem becomes an RpcError with the same status and code,
 // which the gateway's RemoteSessionRuntime turns back into the Problem.
-import { isDatabaseUnavailable, Problem, problems, RpcError, subjects, type Bus, type SessionRuntime, type Subscription } from '@switchboard/core';
+import { isDatabaseUnavailable, isForeignKeyViolation, Problem, problems, RpcError, subjects, type Bus, type SessionRuntime, type Subscription } from '@switchboard/core';
 import { SANDBOX_OPS } from './session-ops.ts';
 
 export const SESSION_RPC_OPS = ['start', 'stop', 'reset', 'unlink', 'pairing-code', ...SANDBOX_OPS.map((op) => `sandbox.${op}`)];
@@ -33,8 +33,9 @@ async function handle(runtime: SessionHost, instanceId: string, op: string, data
     else reply = await runtime.call(instanceId, op, body);
     return Buffer.from(JSON.stringify(reply), 'utf8');
   } catch (err) {
-    // The database away (a restart) is the session's condition, not a fault: 503, retry.
-    const problem = err instanceof Problem ? err : isDatabaseUnavailable(err) ? problems.databaseUnavailable() : undefined;
+    // The database away (a restart) is the session's condition, not a fault: 503, retry. A write
+    // the foreign keys refused met an instance deleted meanwhile.
+    const problem = err instanceof Problem ? err : isDatabaseUnavailable(err) ? problems.databaseUnavailable() : isForeignKeyViolation(err) ? problems.notFound('The instance') : undefined;
     if (problem) throw new RpcError(problem.status, problem.code, problem.detail);
     throw err;
   }

@@ -17,6 +17,9 @@ before(async () => {
   drop = created.drop;
   db = openDatabase({ databaseUrl: created.url, dataDir: '/nonexistent', poolMax: 12 });
   await migrate(db);
+  // Auth state belongs to an instance (a foreign key, migration 021).
+  const ids = ['inst-auth-json', 'inst-auth-bj', 'inst-auth-concurrent', 'inst-auth-a', 'inst-auth-b'];
+  await db('instances').insert(ids.map((id) => ({ id, name: id, token_hash: `h-${id}`, token_sealed: 's' })));
 });
 after(async () => {
   await db?.destroy();
@@ -127,6 +130,17 @@ describe('Baileys auth state: batches', () => {
     await makeSignalKeyStore(a).clear!();
     assert.equal((await db('auth_state').where({ instance_id: 'inst-auth-a' }).count<{ count: string }[]>('* as count'))[0].count, '0');
     assert.notEqual((await db('auth_state').where({ instance_id: 'inst-auth-b' }).count<{ count: string }[]>('* as count'))[0].count, '0');
+  });
+
+  it('goes with its instance, and a session that writes after the delete is refused (nothing sealed stays behind)', async () => {
+    await db('instances').insert({ id: 'inst-auth-gone', name: 'gone', token_hash: 'h-gone', token_sealed: 's' });
+    const gone = new DbAuthStore(db, crypto, 'inst-auth-gone');
+    await saveCreds(gone, initAuthCreds());
+    await db('instances').where({ id: 'inst-auth-gone' }).delete();
+    assert.equal((await db('auth_state').where({ instance_id: 'inst-auth-gone' })).length, 0);
+    // Another gateway replica had started the session again: its late write meets the foreign key.
+    await assert.rejects(saveCreds(gone, initAuthCreds()), (err: any) => err.code === '23503');
+    assert.equal((await db('auth_state').where({ instance_id: 'inst-auth-gone' })).length, 0);
   });
 });
 

@@ -4,7 +4,7 @@
 // so concurrent accepts can never pass the limit) or refuses with SQLSTATE SBQ01. Every write that
 // moves an item into or out of `queued` — whichever service makes it — adjusts the count. The
 // triggers run AFTER the row is written, so an insert skipped by ON CONFLICT DO NOTHING (a reused
-// Idempotency-Key) takes no slot.
+// Idempotency-Key) takes no slot. Migration 020 counts `sending` items too.
 import type { Knex } from 'knex';
 
 /** The specification's send-queue limit per instance. */

@@ -20,6 +20,8 @@ import * as m016 from './016_instance_unlink_requested.ts';
 import * as m017 from './017_drop_host_destination.ts';
 import * as m018 from './018_sandbox_ledger_cascade.ts';
 import * as m019 from './019_rate_limit_windows.ts';
+import * as m020 from './020_queue_slot_while_sending.ts';
+import * as m021 from './021_auth_state_cascade.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -46,6 +48,8 @@ const migrations: Record<string, Migration> = {
   '017_drop_host_destination': m017,
   '018_sandbox_ledger_cascade': m018,
   '019_rate_limit_windows': m019,
+  '020_queue_slot_while_sending': m020,
+  '021_auth_state_cascade': m021,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {

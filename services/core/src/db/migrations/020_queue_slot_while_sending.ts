@@ -1,0 +1,52 @@
+// An item keeps its queue slot while it is being sent (migration 002 counted `queued` only). A
+// send that met a closed connection goes back to `queued`, and under 002 it took its slot back
+// whatever the count: an accept that came in while it was `sending` had taken that slot, and the
+// queue held 1001 (found by a two-replica stress test). Counting `queued` and `sending` together,
+// a requeue moves nothing, and the limit is the items not yet handed to the network.
+import type { Knex } from 'knex';
+import { QUEUE_FULL_SQLSTATE, SEND_QUEUE_LIMIT } from './002_queue_count.ts';
+
+/** The trigger function of 002, holding a slot for each item whose status is one of `held`. */
+function queueCountFunction(held: string[]): string {
+  const holds = (row: 'new' | 'old') => `${row}.status in (${held.map((s) => `'${s}'`).join(', ')})`;
+  return `
+    create or replace function send_items_queue_count() returns trigger language plpgsql as $$
+    begin
+      if tg_op = 'INSERT' then
+        if ${holds('new')} then
+          update instances set queued_count = queued_count + 1 where id = new.instance_id and queued_count < ${SEND_QUEUE_LIMIT};
+          -- No row: the queue is full, or the instance is gone (then the foreign key reports it).
+          if not found and exists (select 1 from instances where id = new.instance_id) then
+            raise exception 'the send queue of instance % is full', new.instance_id using errcode = '${QUEUE_FULL_SQLSTATE}';
+          end if;
+        end if;
+        return null;
+      elsif tg_op = 'UPDATE' then
+        if (${holds('old')}) <> (${holds('new')}) then
+          update instances set queued_count = queued_count + case when ${holds('new')} then 1 else -1 end where id = new.instance_id;
+        end if;
+        return null;
+      end if;
+      if ${holds('old')} then
+        update instances set queued_count = queued_count - 1 where id = old.instance_id;
+      end if;
+      return null;
+    end $$`;
+}
+
+async function countAgain(knex: Knex, held: string[]): Promise<void> {
+  // Writers wait for the function and the count to change together (a rolling upgrade's gateways
+  // keep accepting meanwhile).
+  await knex.raw(`set local lock_timeout = '5s'`);
+  await knex.raw('lock table send_items in share mode');
+  await knex.raw(queueCountFunction(held));
+  await knex.raw(`update instances i set queued_count = (select count(*) from send_items s where s.instance_id = i.id and s.status = any(?))`, [held]);
+}
+
+export async function up(knex: Knex): Promise<void> {
+  await countAgain(knex, ['queued', 'sending']);
+}
+
+export async function down(knex: Knex): Promise<void> {
+  await countAgain(knex, ['queued']);
+}
