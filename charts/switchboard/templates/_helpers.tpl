@@ -129,3 +129,11 @@ affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* The digest of the ConfigMap's and Secret's entries a session pod reads. A setting only the
+gateway or the dispatcher reads (the rate limit, the retry schedule) then restarts none of the
+session pods, one per instance, whose restarts reconnect every WhatsApp account at once. */}}
+{{- define "switchboard.sessionConfigRevision" -}}
+{{- $rendered := include (print .Template.BasePath "/config.yaml") . -}}
+{{- regexFindAll "(?m)^  (PUBLIC_BASE_URL|NETWORK_DRIVER|LOG_LEVEL|MEDIA_LINK_TTL_SECONDS|DATABASE_URL|NATS_URL|ENCRYPTION_KEY): .*$" $rendered -1 | join "\n" | sha256sum -}}
+{{- end -}}

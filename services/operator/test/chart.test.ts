@@ -172,6 +172,17 @@ describe('chart, CRDs and examples', function () {
     assert.equal(operatorEnv.find((e) => e.name === 'SESSION_IMAGE')!.value, [...images][0], 'session pods run the same image');
   });
 
+  it('restarts session pods only for the settings they read', () => {
+    const revision = (sets: string[]) =>
+      (find(template([...REQUIRED, ...sets]), 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[]).find((e) => e.name === 'SESSION_CONFIG_REVISION')!.value;
+    const base = revision([]);
+    assert.match(base, /^[0-9a-f]{64}$/);
+    // Read by the gateway or the dispatcher only: one pod per instance would reconnect for nothing.
+    for (const set of ['settings.rateLimitPerMinute=100', 'settings.webhookRetrySchedule=0\\,1\\,2\\,3\\,4\\,5\\,6\\,7', 'settings.trustProxy=true']) assert.equal(revision([set]), base, set);
+    // Read by the session pods: links they sign, the driver, their database key.
+    for (const set of ['settings.mediaLinkTtlSeconds=60', 'publicBaseUrl=https://other.example.com', 'logLevel=debug', 'secrets.encryptionKey=ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=']) assert.notEqual(revision([set]), base, set);
+  });
+
   it('renders with its defaults: keys left empty are generated, keys given are used', () => {
     const secretOf = (objs: Obj[]) => find(objs, 'Secret', 'sb-switchboard-env')!.stringData as Record<string, string>;
     const defaults = template([]);
