@@ -94,7 +94,7 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
   const refreshMs = opts.gaugeRefreshMs ?? 1000;
   const sources: Record<string, () => Promise<unknown>> = {};
   if (opts.db) sources.database = registerDatabaseGauges(registry, opts.db, refreshMs);
-  if (opts.bus) sources.bus = registerBusLag(registry, opts.bus, opts.db, refreshMs);
+  if (opts.bus) sources.bus = registerBusLag(registry, opts.bus, refreshMs);
   if (Object.keys(sources).length) {
     new Gauge({
       name: 'switchboard_metrics_source_up',
@@ -256,23 +256,15 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
   };
 }
 
-/** Most instances whose command consumers are asked for their lag in one scrape. */
-const MAX_LAG_INSTANCES = 500;
-
-/** Messages not yet acknowledged: the dispatcher's event consumer, and the sum of the per-instance
- *  command consumers (session-<id>, one per instance; summed to keep one series), whose list comes
- *  from the database: without it only the events series is reported, the bus being up. Returns its
- *  read (undefined: the bus did not answer). */
-function registerBusLag(registry: Registry, bus: Bus, db: Knex | undefined, refreshMs: number): () => Promise<Map<string, number> | undefined> {
-  const read = sharedRead(async () => {
-    const lags = new Map([['events', await bus.pending('events', 'dispatcher')]]);
-    const instances = db ? await db('instances').select('id').limit(MAX_LAG_INSTANCES).catch(() => undefined) : undefined;
-    if (instances) {
-      const commands = await Promise.all(instances.map((i: { id: string }) => bus.pending('commands', `session-${i.id}`)));
-      lags.set('commands', commands.reduce((a, b) => a + b, 0));
-    }
-    return lags;
-  }, refreshMs);
+/** Messages not yet acknowledged: the dispatcher's event consumer's, and the commands stream's
+ *  (a work queue holds what no session acknowledged yet: one question for every instance, where
+ *  asking each instance's consumer cost a call per instance and a scrape). Returns its read
+ *  (undefined: the bus did not answer). */
+function registerBusLag(registry: Registry, bus: Bus, refreshMs: number): () => Promise<Map<string, number> | undefined> {
+  const read = sharedRead(async () => new Map([
+    ['events', await bus.pending('events', 'dispatcher')],
+    ['commands', await bus.stored('commands')],
+  ]), refreshMs);
   new Gauge({
     name: 'switchboard_bus_consumer_lag',
     help: 'Messages not yet acknowledged by the consumers of a stream',

@@ -223,12 +223,15 @@ export function defineBusContract(name: string, openBus: OpenBus): void {
         started++;
         await gate;
       });
+      const storedBefore = await bus.stored('commands'); // what earlier tests left of other instances
       for (let i = 0; i < 3; i++) await bus.publish(subjects.command(inst), text(String(i)));
       await waitFor(() => started === 1, 'first delivery');
       await waitFor(async () => (await bus.pending('commands', durable)) === 3, 'three pending');
+      assert.equal(await bus.stored('commands'), storedBefore + 3, 'the work queue holds what is not acknowledged');
       release();
       await waitFor(async () => (await bus.pending('commands', durable)) === 0, 'none pending');
       assert.equal(started, 3);
+      await waitFor(async () => (await bus.stored('commands')) === storedBefore, 'acknowledged commands leave the work queue');
     });
 
     describe('request/reply', () => {

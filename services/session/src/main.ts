@@ -10,6 +10,7 @@ import { mediaArchive } from './media-archive.ts';
 import { serveSessionRpc } from './rpc-server.ts';
 
 const UNLINK_MARK_POLL_MS = 100;
+const SESSION_OUTBOX_SWEEP_MS = 10_000;
 
 interface SessionProcessConfig {
   config: Config;
@@ -87,7 +88,10 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
   // outage (WhatsApp unreachable) is neither: the session reconnects by itself.
   const health = cfg.healthPort === undefined ? undefined : startHealthServer(cfg.healthPort, () => checkReadiness({ database: () => db.raw('select 1'), bus: () => bus.pending('commands', '__ready_probe__') }));
   await health?.listening;
-  const relay = new OutboxRelay(db, bus, log);
+  // Its own rows are published right after their commit; the periodic sweep is the backstop for
+  // rows a crash or a bus outage left, which every gateway replica also sweeps each second. Every
+  // 10 s here, not every second: a thousand idle session pods asked a thousand times a second.
+  const relay = new OutboxRelay(db, bus, log, SESSION_OUTBOX_SWEEP_MS);
   relay.start();
   const runtime = new LocalSessionRuntime({
     db,

@@ -228,6 +228,15 @@ export class JetStreamBus implements Bus {
     };
   }
 
+  async stored(stream: StreamName): Promise<number> {
+    try {
+      return (await this.jsm.streams.info(this.names.stream(stream))).state.messages;
+    } catch (err) {
+      if (isApiError(err, JetStreamApiCodes.StreamNotFound)) return 0;
+      throw err;
+    }
+  }
+
   async pending(stream: StreamName, durable: string): Promise<number> {
     try {
       const info = await this.jsm.consumers.info(this.names.stream(stream), durable);

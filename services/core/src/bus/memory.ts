@@ -88,6 +88,11 @@ class MemoryStream {
     return undefined;
   }
 
+  size(): number {
+    this.trim();
+    return this.messages.length;
+  }
+
   countFrom(seq: number, filter: string): number {
     this.trim();
     let n = 0;
@@ -246,6 +251,10 @@ export class MemoryBus implements Bus {
         if (i >= 0) this.servers.splice(i, 1);
       },
     };
+  }
+
+  async stored(stream: StreamName): Promise<number> {
+    return this.streams[stream].size();
   }
 
   async pending(stream: StreamName, durableName: string): Promise<number> {

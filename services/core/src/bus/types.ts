@@ -85,6 +85,9 @@ export interface Bus {
   serve(subject: string, handler: RequestHandler): Promise<Subscription>;
   /** Number of messages not yet acknowledged by a durable consumer (for metrics and tests). */
   pending(stream: StreamName, durable: string): Promise<number>;
+  /** Number of messages the stream holds; for the work-queue commands stream, those no session has
+   *  acknowledged yet, whichever instance they are for (metrics). */
+  stored(stream: StreamName): Promise<number>;
   close(): Promise<void>;
 }
 
