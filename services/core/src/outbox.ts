@@ -73,8 +73,8 @@ export class OutboxRelay {
 
   /** The periodic backstop for rows whose writer did not publish them (it crashed, or the bus was
    *  away). Nearly every pass finds none, so it looks with one statement before it opens the
-   *  relay's transaction (three round trips), which every gateway and session process would
-   *  otherwise run each second for nothing. */
+   *  relay's transaction (three round trips), which every gateway (each second) and session
+   *  process (every 10 s) would otherwise run for nothing. */
   private async sweep(): Promise<void> {
     if (this.running) return this.kick(); // the flush under way takes one more turn
     try {

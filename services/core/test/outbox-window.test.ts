@@ -92,7 +92,7 @@ describe('outbox relay publish window', () => {
       const relay = new OutboxRelay(db, bus, log, 50, 200);
       relay.start();
       await relay.flush();
-      // Every gateway and session process sweeps each second: an empty pass opens no transaction.
+      // Every gateway and session process sweeps, a fleet of them often: an empty pass opens no transaction.
       const statements: string[] = [];
       const record = (q: { sql: string }) => statements.push(q.sql.trim().split(/\s+/)[0].toLowerCase());
       db.on('query', record);
