@@ -39,7 +39,10 @@ async function loopbackRoundTrip(): Promise<number> {
   const echo = fork(import.meta.filename, ['echo'], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
   const ask = <T>(message: string) => new Promise<T>((resolve) => (echo.once('message', resolve), echo.send(message)));
   try {
-    const port = await new Promise<number>((resolve) => echo.once('message', (m) => resolve(m as number)));
+    const port = await new Promise<number>((resolve, reject) => {
+      echo.once('message', (m) => resolve(m as number));
+      echo.once('exit', (code) => reject(new Error(`the echo process of the wake-up probe exited (${code})`)));
+    });
     const socket = connect(port, '127.0.0.1').setNoDelay(true);
     await new Promise((r) => socket.once('connect', r));
     let answers = 0;

@@ -36,6 +36,8 @@ export class OutboxRelay {
   private running: Promise<void> | undefined;
   private again = false;
   private stopped = false;
+  /** A sweep's look is under way: a slow database gets one at a time, not one per tick. */
+  private looking = false;
 
   constructor(
     private readonly db: Knex,
@@ -77,10 +79,14 @@ export class OutboxRelay {
    *  process (every 10 s) would otherwise run for nothing. */
   private async sweep(): Promise<void> {
     if (this.running) return this.kick(); // the flush under way takes one more turn
+    if (this.looking) return;
+    this.looking = true;
     try {
       if (await this.db('outbox').first(this.db.raw('1 as waiting'))) this.kick();
     } catch (err) {
       this.log.warn({ err: String(err) }, 'outbox relay: could not look for unpublished rows, will retry');
+    } finally {
+      this.looking = false;
     }
   }
 

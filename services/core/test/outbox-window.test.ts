@@ -1,7 +1,7 @@
 // The outbox relay publishes a window of rows at once (issue 10): per subject, order is kept, and
 // a failed publish leaves every row of its round for the next pass.
 import assert from 'node:assert/strict';
-import type { Knex } from 'knex';
+import knex, { type Knex } from 'knex';
 import { createLogger, enqueueOutbox, migrate, openDatabase, OutboxRelay, type BusMessage } from '../src/index.ts';
 import { MemoryBus } from '../src/bus/memory.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
@@ -105,6 +105,26 @@ describe('outbox relay publish window', () => {
       await waitFor(() => published.includes('left behind'), 'the sweep to publish the row');
       await relay.stop();
       assert.equal(Number((await db('outbox').count({ n: '*' }).first())!.n), 0);
+    });
+
+    it('asks a database that does not answer one sweep at a time, not one per tick', async () => {
+      const tight = knex({ client: 'pg', connection: (db.client.config as { connection: unknown }).connection as string, pool: { min: 0, max: 1 } });
+      const bus = { publish: async () => undefined } as unknown as MemoryBus;
+      const relay = new OutboxRelay(tight, bus, log, 20, 200);
+      relay.start();
+      await relay.flush();
+      let release!: () => void;
+      const held = tight.transaction(() => new Promise<void>((r) => (release = r))); // the only connection, from now on
+      try {
+        await new Promise((r) => setTimeout(r, 300)); // fifteen ticks
+        const waiting = (tight.client as { pool: { numPendingAcquires(): number } }).pool.numPendingAcquires();
+        assert.ok(waiting <= 2, `connection requests queued by the sweeps: ${waiting}`);
+      } finally {
+        release();
+        await held;
+        await relay.stop();
+        await tight.destroy();
+      }
     });
   });
 });

@@ -36,8 +36,11 @@ function queueCountFunction(held: string[]): string {
 
 async function countAgain(knex: Knex, held: string[]): Promise<void> {
   // Writers wait for the function and the count to change together (a rolling upgrade's gateways
-  // keep accepting meanwhile).
+  // keep accepting meanwhile). `instances` is locked first, in the mode migration 021's foreign key
+  // takes next: a state write arriving between the recount's row locks and that key would
+  // otherwise deadlock with the migration.
   await knex.raw(`set local lock_timeout = '5s'`);
+  await knex.raw('lock table instances in share row exclusive mode');
   await knex.raw('lock table send_items in share mode');
   await knex.raw(queueCountFunction(held));
   await knex.raw(`update instances i set queued_count = (select count(*) from send_items s where s.instance_id = i.id and s.status = any(?))`, [held]);
