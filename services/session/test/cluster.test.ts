@@ -234,6 +234,14 @@ describe('session RPC over NATS with RemoteSessionRuntime', function () {
       await rpc.stop();
       await away.destroy();
     }
+    // A write the foreign keys refuse: the instance was deleted while the session served it.
+    const deleted = { call: () => env.db('auth_state').insert({ instance_id: 'inst-deleted-meanwhile', category: 'creds', key_id: 'creds', value_sealed: 'x' }) } as unknown as SessionHost;
+    const late = await serveSessionRpc(env.bus, instanceId, deleted);
+    try {
+      assert.deepEqual(await answer(remote.call(instanceId, 'sandbox.scan', {})), [404, 'not_found', undefined]);
+    } finally {
+      await late.stop();
+    }
     const closedBus = await openBus({ natsUrl: NATS_URL, namespace: env.namespace, log: env.log });
     await closedBus.close();
     const cut = new RemoteSessionRuntime({ db: env.db, bus: closedBus, crypto: env.crypto, log: env.log, relay: env.relay });
