@@ -12,16 +12,15 @@ export const SEND_QUEUE_LIMIT = 1000;
 /** SQLSTATE raised when an instance's queue is full. */
 export const QUEUE_FULL_SQLSTATE = 'SBQ01';
 
-export async function up(knex: Knex): Promise<void> {
-  await knex.schema.alterTable('instances', (t) => {
-    t.integer('queued_count').notNullable().defaultTo(0);
-  });
-  await knex.raw(`update instances i set queued_count = (select count(*) from send_items s where s.instance_id = i.id and s.status = 'queued')`);
-  await knex.raw(`
-    create function send_items_queue_count() returns trigger language plpgsql as $$
+/** The trigger function, holding a queue slot for each item whose status is one of `held`
+ *  (`queued` here; migration 020 adds `sending`). */
+export function queueCountFunction(held: string[]): string {
+  const holds = (row: 'new' | 'old') => `${row}.status in (${held.map((s) => `'${s}'`).join(', ')})`;
+  return `
+    create or replace function send_items_queue_count() returns trigger language plpgsql as $$
     begin
       if tg_op = 'INSERT' then
-        if new.status = 'queued' then
+        if ${holds('new')} then
           update instances set queued_count = queued_count + 1 where id = new.instance_id and queued_count < ${SEND_QUEUE_LIMIT};
           -- No row: the queue is full, or the instance is gone (then the foreign key reports it).
           if not found and exists (select 1 from instances where id = new.instance_id) then
@@ -30,17 +29,24 @@ export async function up(knex: Knex): Promise<void> {
         end if;
         return null;
       elsif tg_op = 'UPDATE' then
-        -- An item put back into the queue (network not connected) always gets its slot back.
-        if (old.status = 'queued') <> (new.status = 'queued') then
-          update instances set queued_count = queued_count + case when new.status = 'queued' then 1 else -1 end where id = new.instance_id;
+        if (${holds('old')}) <> (${holds('new')}) then
+          update instances set queued_count = queued_count + case when ${holds('new')} then 1 else -1 end where id = new.instance_id;
         end if;
         return null;
       end if;
-      if old.status = 'queued' then
+      if ${holds('old')} then
         update instances set queued_count = queued_count - 1 where id = old.instance_id;
       end if;
       return null;
-    end $$`);
+    end $$`;
+}
+
+export async function up(knex: Knex): Promise<void> {
+  await knex.schema.alterTable('instances', (t) => {
+    t.integer('queued_count').notNullable().defaultTo(0);
+  });
+  await knex.raw(`update instances i set queued_count = (select count(*) from send_items s where s.instance_id = i.id and s.status = 'queued')`);
+  await knex.raw(queueCountFunction(['queued']));
   await knex.raw('create trigger send_items_queue_slot after insert on send_items for each row execute function send_items_queue_count()');
   await knex.raw('create trigger send_items_queue_release after update of status or delete on send_items for each row execute function send_items_queue_count()');
 }

@@ -4,35 +4,7 @@
 // queue held 1001 (found by a two-replica stress test). Counting `queued` and `sending` together,
 // a requeue moves nothing, and the limit is the items not yet handed to the network.
 import type { Knex } from 'knex';
-import { QUEUE_FULL_SQLSTATE, SEND_QUEUE_LIMIT } from './002_queue_count.ts';
-
-/** The trigger function of 002, holding a slot for each item whose status is one of `held`. */
-function queueCountFunction(held: string[]): string {
-  const holds = (row: 'new' | 'old') => `${row}.status in (${held.map((s) => `'${s}'`).join(', ')})`;
-  return `
-    create or replace function send_items_queue_count() returns trigger language plpgsql as $$
-    begin
-      if tg_op = 'INSERT' then
-        if ${holds('new')} then
-          update instances set queued_count = queued_count + 1 where id = new.instance_id and queued_count < ${SEND_QUEUE_LIMIT};
-          -- No row: the queue is full, or the instance is gone (then the foreign key reports it).
-          if not found and exists (select 1 from instances where id = new.instance_id) then
-            raise exception 'the send queue of instance % is full', new.instance_id using errcode = '${QUEUE_FULL_SQLSTATE}';
-          end if;
-        end if;
-        return null;
-      elsif tg_op = 'UPDATE' then
-        if (${holds('old')}) <> (${holds('new')}) then
-          update instances set queued_count = queued_count + case when ${holds('new')} then 1 else -1 end where id = new.instance_id;
-        end if;
-        return null;
-      end if;
-      if ${holds('old')} then
-        update instances set queued_count = queued_count - 1 where id = old.instance_id;
-      end if;
-      return null;
-    end $$`;
-}
+import { queueCountFunction } from './002_queue_count.ts';
 
 async function countAgain(knex: Knex, held: string[]): Promise<void> {
   // Writers wait for the function and the count to change together (a rolling upgrade's gateways
