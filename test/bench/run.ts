@@ -16,7 +16,7 @@ import { measureDispatcher, PER_DESTINATION_CONCURRENCY } from './scenarios/disp
 import { measureSessionMemory } from './scenarios/memory.ts';
 import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
 import { startBareKoa, startBenchCluster, startDurableFloor, startEmbedded, type ServerUnderTest } from './targets.ts';
-import { measureWakeUpCost, type WakeUpCost } from './wake-up-cost.ts';
+import { describeWakeUpCost, measureWakeUpCost, type WakeUpCost } from './wake-up-cost.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const OUT = process.env.BENCH_OUT ?? join(REPO_ROOT, 'test/bench/results/latest.json');
@@ -82,7 +82,7 @@ async function withServer<T>(start: () => Promise<ServerUnderTest | { stop(): Pr
 async function main(): Promise<void> {
   console.log(`bench: ${cpus().length} CPUs (${cpus()[0]?.model}), node ${process.version}, ${SECONDS} s windows`);
   const wakeUp = await settled(measureWakeUpCost);
-  console.log(`bench: this machine spends ${wakeUp.timerWakeUpUs.toFixed(0)} µs of CPU on a process's wake-up, ${wakeUp.loopbackRoundTripUs.toFixed(0)} µs on a loopback round trip (performance.md, section 32)`);
+  console.log(`bench: ${describeWakeUpCost(wakeUp)} (performance.md, section 32)`);
   const accept: Record<string, AcceptFigures> = {};
   if (ONLY) return runSelected(accept, wakeUp);
   await settled(() => acceptReference('baseline', accept));

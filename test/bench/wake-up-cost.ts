@@ -62,6 +62,11 @@ async function loopbackRoundTrip(): Promise<number> {
   }
 }
 
+/** The figures in words, as `make bench` and a run of this file print them. */
+export function describeWakeUpCost(cost: WakeUpCost): string {
+  return `this machine spends ${cost.timerWakeUpUs.toFixed(0)} µs of CPU on a process's wake-up, ${cost.loopbackRoundTripUs.toFixed(0)} µs on a loopback round trip`;
+}
+
 export async function measureWakeUpCost(): Promise<WakeUpCost> {
   return { timerWakeUpUs: await timerWakeUp(), loopbackRoundTripUs: await loopbackRoundTrip() };
 }
@@ -76,6 +81,5 @@ function runEcho(): void {
 
 if (process.argv[2] === 'echo') runEcho();
 else if (import.meta.filename === process.argv[1]) {
-  const cost = await measureWakeUpCost();
-  console.log(`CPU per timer wake-up ${cost.timerWakeUpUs.toFixed(0)} µs, per loopback round trip ${cost.loopbackRoundTripUs.toFixed(0)} µs`);
+  console.log(describeWakeUpCost(await measureWakeUpCost()));
 }

@@ -37,7 +37,7 @@ class PgliteClient extends (ClientPgLite as any) {
 }
 
 /** Where PGlite keeps the embedded database. */
-export function embeddedDatabaseDir(dataDir: string): string {
+function embeddedDatabaseDir(dataDir: string): string {
   return join(dataDir, 'pgdata');
 }
 
