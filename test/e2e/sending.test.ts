@@ -455,6 +455,43 @@ for (const mode of modes) {
   });
 }
 
+describe('pairing nobody completes (PAIRING_TIMEOUT_MS)', function () {
+  this.timeout(60_000);
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer({ env: { PAIRING_TIMEOUT_MS: '3000' } });
+  });
+  after(async () => t?.stop());
+
+  async function givenUp(name: string): Promise<string> {
+    const { id } = (await t.admin.post('/api/instances', { name })).body;
+    await waitForState(t.admin, id, 'awaiting_scan');
+    const record = await waitForState(t.admin, id, 'logged_out', 15_000);
+    assert.deepEqual([record.qrCode, record.qrImage, record.paused], [null, null, false], 'no QR, and not paused');
+    const event = await waitForEvent(t.admin, id, (e) => e.type === 'connection.update' && e.data.state === 'logged_out', 'its event');
+    assert.deepEqual([event.data.previousState, event.data.reason], ['awaiting_scan', 'pairing_timeout']);
+    const scan = await t.admin.post(`/sandbox/instances/${id}/scan`, { phone: '5511900000009' });
+    assert.deepEqual([scan.status, scan.body.code], [409, 'not_awaiting_scan'], 'no QR to scan any more');
+    return id;
+  }
+
+  it('stops showing QR codes (logged_out, reason pairing_timeout); a connect shows them again', async () => {
+    const id = await givenUp('Nobody scans');
+    assert.equal((await t.admin.post(`/api/instances/${id}/connect`)).status, 200);
+    await waitForState(t.admin, id, 'awaiting_scan');
+    assert.equal((await t.admin.post(`/sandbox/instances/${id}/scan`, { phone: '5511900000009' })).status, 200);
+    await waitForState(t.admin, id, 'connected');
+  });
+
+  it('a pairing-code request after the time-out starts pairing again', async () => {
+    const id = await givenUp('Nobody types the code');
+    const code = await t.admin.post(`/api/instances/${id}/pairing-code`, { phone: '5511900000008' });
+    assert.equal(code.status, 200, JSON.stringify(code.body));
+    assert.equal((await t.admin.post(`/sandbox/instances/${id}/pair`, { code: code.body.code })).status, 200);
+    await waitForState(t.admin, id, 'connected');
+  });
+});
+
 for (const storage of ['postgres', 'pglite'] as const) {
   describe(`send queue limit (${storage})`, function () {
     this.timeout(120_000);

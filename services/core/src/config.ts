@@ -21,6 +21,8 @@ export interface Config {
   allowedOrigins: string[];
   sendExpiryMs: number;
   pairingCodeIntervalMs: number;
+  /** How long an unpaired session shows QR codes before it stops (0: for ever). */
+  pairingTimeoutMs: number;
   mediaLinkTtlSeconds: number;
   mediaRetentionMs: number;
   eventRetentionMs: number;
@@ -102,6 +104,7 @@ export function loadConfig(env: Env = process.env): Config {
     allowedOrigins: read.origins('ALLOWED_ORIGINS'),
     sendExpiryMs: read.int('SEND_EXPIRY_MS', 86_400_000, 1, 365 * 86_400_000),
     pairingCodeIntervalMs: read.int('PAIRING_CODE_INTERVAL_MS', 60_000, 0, 86_400_000),
+    pairingTimeoutMs: read.int('PAIRING_TIMEOUT_MS', 600_000, 0, MAX_TIMER_MS),
     mediaLinkTtlSeconds: read.int('MEDIA_LINK_TTL_SECONDS', 3600, 1, 30 * 86_400),
     mediaRetentionMs: read.int('MEDIA_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
     eventRetentionMs: read.int('EVENT_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),

@@ -119,6 +119,11 @@ export interface DriverContext {
  *  offering itself for linking (its QR references, about three minutes). */
 export const PAIRING_CODE_TTL_MS = 3 * 60_000;
 
+/** The reason of the `logged_out` a driver reports when nobody paired the instance within
+ *  PAIRING_TIMEOUT_MS: it stops showing QR codes (each a WhatsApp handshake) until a connect or a
+ *  pairing-code request starts pairing again. */
+export const PAIRING_TIMEOUT = 'pairing_timeout';
+
 export interface PairingCode {
   /** As typed on the phone: `ABCD-EFGH`. */
   code: string;

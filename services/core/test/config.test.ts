@@ -50,6 +50,7 @@ describe('configuration', () => {
     assert.deepEqual(c.allowedOrigins, []);
     assert.equal(c.sendExpiryMs, 86_400_000);
     assert.equal(c.pairingCodeIntervalMs, 60_000);
+    assert.equal(c.pairingTimeoutMs, 600_000);
     assert.equal(c.mediaLinkTtlSeconds, 3600);
     assert.equal(c.eventRetentionMs, 30 * 86_400_000);
     assert.equal(c.sandboxReceiptDelayMs, 50);
@@ -70,6 +71,7 @@ describe('configuration', () => {
       WEBHOOK_RETRY_SCHEDULE: '0,1,2,3,4,5,6,7',
       TRUST_PROXY: 'true',
       ALLOWED_ORIGINS: 'https://app.example.com, https://admin.example.com/',
+      PAIRING_TIMEOUT_MS: '0',
     });
     assert.equal(c.port, 9000);
     assert.equal(c.publicBaseUrl, 'https://api.example.com');
@@ -77,6 +79,7 @@ describe('configuration', () => {
     assert.deepEqual(c.encryptionKey, Buffer.alloc(32, 1));
     assert.deepEqual(c.webhookRetrySchedule, [0, 1, 2, 3, 4, 5, 6, 7]);
     assert.deepEqual(c.allowedOrigins, ['https://app.example.com', 'https://admin.example.com']);
+    assert.equal(c.pairingTimeoutMs, 0, 'never');
   });
 
   it('keeps media at least as long as a queued send may wait for its file (SEND_EXPIRY_MS and a sweep)', () => {
@@ -108,12 +111,12 @@ describe('configuration', () => {
 
   it('lists one line per bad variable, naming it', () => {
     try {
-      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x' });
+      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x', PAIRING_TIMEOUT_MS: '-1' });
       assert.fail('expected a ConfigError');
     } catch (err) {
       assert.ok(err instanceof ConfigError);
       const names = err.problems.map((p) => p.split(':')[0]).sort();
-      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'NETWORK_DRIVER', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
+      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'NETWORK_DRIVER', 'PAIRING_TIMEOUT_MS', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
     }
   });
 

@@ -371,7 +371,7 @@ const CONNECTED_MESSAGES: Record<string, string> = {
   starting: 'The session is starting.',
   awaiting_scan: 'Waiting for the QR code to be scanned or a pairing code to be entered.',
   reconnecting: 'The connection dropped; the session is reconnecting.',
-  logged_out: 'Logged out from the phone; connect (or reset) the instance and pair it again.',
+  logged_out: 'Not linked to a phone (the phone logged it out, or nobody paired it in time); connect the instance and pair it.',
 };
 
 const POD_NAME_TAKEN = 'PodNameTaken';

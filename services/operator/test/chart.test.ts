@@ -180,7 +180,7 @@ describe('chart, CRDs and examples', function () {
     // Read by the gateway or the dispatcher only: one pod per instance would reconnect for nothing.
     for (const set of ['settings.rateLimitPerMinute=100', 'settings.webhookRetrySchedule=0\\,1\\,2\\,3\\,4\\,5\\,6\\,7', 'settings.trustProxy=true']) assert.equal(revision([set]), base, set);
     // Read by the session pods: links they sign, the driver, their database key.
-    for (const set of ['settings.mediaLinkTtlSeconds=60', 'publicBaseUrl=https://other.example.com', 'logLevel=debug', 'secrets.encryptionKey=ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=']) assert.notEqual(revision([set]), base, set);
+    for (const set of ['settings.mediaLinkTtlSeconds=60', 'settings.pairingTimeoutMs=0', 'publicBaseUrl=https://other.example.com', 'logLevel=debug', 'secrets.encryptionKey=ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=']) assert.notEqual(revision([set]), base, set);
   });
 
   it('renders with its defaults: keys left empty are generated, keys given are used', () => {
@@ -206,10 +206,10 @@ describe('chart, CRDs and examples', function () {
     const configMap = (sets: string[]) => find(template([...REQUIRED, ...sets]), 'ConfigMap', 'sb-switchboard-config')!.data as Record<string, string>;
     const defaults = configMap([]);
     assert.deepEqual(Object.keys(defaults).filter((k) => /TRUST|RATE|ORIGINS|RETRY|EXPIRY|PAIRING|TTL|RETENTION/.test(k)), [], 'left empty: the defaults of the code');
-    const set = configMap(['settings.trustProxy=true', 'settings.rateLimitPerMinute=1200', 'settings.allowedOrigins=https://a.example.com\\,https://b.example.com', 'settings.mediaLinkTtlSeconds=600', 'settings.mediaRetentionMs=86400000', 'settings.eventRetentionMs=172800000']);
+    const set = configMap(['settings.trustProxy=true', 'settings.rateLimitPerMinute=1200', 'settings.allowedOrigins=https://a.example.com\\,https://b.example.com', 'settings.mediaLinkTtlSeconds=600', 'settings.mediaRetentionMs=86400000', 'settings.eventRetentionMs=172800000', 'settings.pairingTimeoutMs=0']);
     assert.deepEqual(
-      [set.TRUST_PROXY, set.RATE_LIMIT_PER_MINUTE, set.ALLOWED_ORIGINS, set.MEDIA_LINK_TTL_SECONDS, set.MEDIA_RETENTION_MS, set.EVENT_RETENTION_MS],
-      ['true', '1200', 'https://a.example.com,https://b.example.com', '600', '86400000', '172800000'],
+      [set.TRUST_PROXY, set.RATE_LIMIT_PER_MINUTE, set.ALLOWED_ORIGINS, set.MEDIA_LINK_TTL_SECONDS, set.MEDIA_RETENTION_MS, set.EVENT_RETENTION_MS, set.PAIRING_TIMEOUT_MS],
+      ['true', '1200', 'https://a.example.com,https://b.example.com', '600', '86400000', '172800000', '0'],
     );
     // The same ConfigMap reaches the gateway, the dispatcher and, through the operator, the sessions.
     const objs = template(REQUIRED);

@@ -12,13 +12,17 @@ export interface DriverDeps {
 }
 
 /** Resolves the factory once at start, so a missing driver fails the process at start. */
-export async function driverFactoryFor(config: Pick<Config, 'networkDriver' | 'sandboxReceiptDelayMs'>, deps: DriverDeps): Promise<DriverFactory> {
-  if (config.networkDriver === 'sandbox') return sandboxDriverFactory({ db: deps.db, receiptDelayMs: config.sandboxReceiptDelayMs, stagedMedia: deps.media });
+export async function driverFactoryFor(
+  config: Pick<Config, 'networkDriver' | 'sandboxReceiptDelayMs'> & Partial<Pick<Config, 'pairingTimeoutMs'>>,
+  deps: DriverDeps,
+): Promise<DriverFactory> {
+  const { pairingTimeoutMs } = config;
+  if (config.networkDriver === 'sandbox') return sandboxDriverFactory({ db: deps.db, receiptDelayMs: config.sandboxReceiptDelayMs, stagedMedia: deps.media, pairingTimeoutMs });
   let baileys: typeof import('./drivers/baileys/index.ts');
   try {
     baileys = await import('./drivers/baileys/index.ts');
   } catch (err) {
     throw new Error(`NETWORK_DRIVER: the baileys driver could not be loaded (${err instanceof Error ? err.message : String(err)})`);
   }
-  return baileys.createBaileysDriver({ db: deps.db, log: deps.log });
+  return baileys.createBaileysDriver({ db: deps.db, log: deps.log, pairingTimeoutMs });
 }

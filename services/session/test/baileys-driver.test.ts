@@ -28,6 +28,7 @@ import {
   migrate,
   NOT_CONNECTED,
   openDatabase,
+  Problem,
   SendError,
   type Db,
   type DriverContext,
@@ -461,6 +462,39 @@ describe('baileys driver: connection', () => {
     assert.deepEqual(closeAction(408, new Boom('QR refs attempts ended', { statusCode: 408 })), { kind: 'reconnect', reason: 'qr_expired' });
     assert.deepEqual(closeAction(408, new Boom('Connection was lost', { statusCode: 408 })), { kind: 'reconnect', reason: 'connection_lost' });
     assert.equal(closeAction(401, new Boom('x', { statusCode: 401, data: wsError })).kind, 'logged_out', 'the code decides the action');
+  });
+
+  it('stops opening sockets for QR codes once nobody paired it within pairingTimeoutMs; a pairing code starts the time again', async () => {
+    const r = rig({ pairingTimeoutMs: 1000 });
+    await r.driver.connect();
+    await until(() => r.network.sockets.length === 1, 'socket');
+    r.sock().showQr(); // the time starts
+    await until(() => r.listener.state === 'awaiting_scan', 'awaiting_scan');
+    await r.sock().qrRefsEnded(); // within the time: a fresh QR session
+    await until(() => r.network.sockets.length === 2, 'a second QR session');
+    r.sock().showQr();
+    await settled(1050);
+    // Over the time, but a code is asked on this socket: somebody is pairing, the time runs from here.
+    await r.driver.requestPairingCode('5511988887777');
+    await r.sock().qrRefsEnded();
+    await until(() => r.network.sockets.length === 3, 'after a code: another QR session');
+    r.sock().showQr();
+    await settled(1050);
+    await r.sock().qrRefsEnded();
+    await until(() => r.listener.state === 'logged_out', 'given up');
+    assert.deepEqual(r.listener.states.at(-1), { state: 'logged_out', reason: 'pairing_timeout' });
+    await settled(80); // the backoff (5–40 ms) has passed
+    assert.equal(r.network.sockets.length, 3, 'no further socket');
+    await assert.rejects(r.driver.requestPairingCode('5511988887777'), (err: unknown) => err instanceof Problem && err.code === 'not_pairing');
+
+    // Without a limit the sockets go on.
+    const forever = rig();
+    await forever.driver.connect();
+    await until(() => forever.network.sockets.length === 1, 'socket');
+    forever.sock().showQr();
+    await forever.sock().qrRefsEnded();
+    await until(() => forever.network.sockets.length === 2, 'no limit: a new QR session');
+    assert.ok(!forever.listener.states.some((s) => s.state === 'logged_out'));
   });
 
   it('announces the current WhatsApp Web version, and reads it again when WhatsApp refuses it (405)', async () => {

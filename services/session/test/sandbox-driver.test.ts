@@ -73,6 +73,31 @@ describe('sandbox driver rules', () => {
     assert.equal(listener.states.filter((s) => s.state === 'logged_out').length, 1);
   });
 
+  it('ends a pairing nobody completes after pairingTimeoutMs (logged_out, pairing_timeout); a pairing code starts the time again', async () => {
+    const own = new RecordingListener();
+    const timed = new SandboxDriver(
+      { instanceId: 'inst-rules', auth: new MemoryAuthStore(), listener: own, isOwnSend: async () => false, settings: () => settings },
+      { db, receiptDelayMs: 5, qrRefreshMs: 30, pairingTimeoutMs: 1000 },
+    );
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    try {
+      await timed.connect();
+      await pause(700);
+      await timed.requestPairingCode('5511933334444');
+      await pause(700); // 1.4 s since the first QR, 0.7 s since the code
+      assert.equal(own.state, 'awaiting_scan', 'the code started the time again');
+      await until(() => own.state === 'logged_out', 'given up');
+      assert.deepEqual(own.states.at(-1), { state: 'logged_out', reason: 'pairing_timeout' });
+      const shown = own.states.length;
+      await pause(100);
+      assert.equal(own.states.length, shown, 'no QR codes after it');
+      await rejects(timed.sandbox('scan', { phone: '5511933334444' }), 409, 'not_awaiting_scan');
+      await rejects(timed.requestPairingCode('5511933334444'), 409, 'not_pairing');
+    } finally {
+      await timed.disconnect();
+    }
+  });
+
   it('pair needs the last issued code', async () => {
     await rejects(driver.sandbox('pair', { code: 'AAAA-BBBB' }), 409, 'no_pairing_code');
     const { code: first } = await driver.requestPairingCode('5511933334444');

@@ -6,6 +6,7 @@ import type { Knex } from 'knex';
 import {
   NOT_CONNECTED,
   PAIRING_CODE_TTL_MS,
+  PAIRING_TIMEOUT,
   SendError,
   problems,
   safeEqual,
@@ -33,6 +34,9 @@ export interface SandboxOptions {
   reconnectDelayMs?: number;
   /** How often a new QR is issued while awaiting a scan. */
   qrRefreshMs?: number;
+  /** How long an unpaired session shows QR codes before it stops, `logged_out` with reason
+   *  PAIRING_TIMEOUT (undefined or 0: for ever). A pairing-code request starts the time again. */
+  pairingTimeoutMs?: number;
   /** How long a pairing code works (default PAIRING_CODE_TTL_MS, as on WhatsApp). */
   pairingCodeTtlMs?: number;
   /** The media store, where the gateway stages large inbound files (core's staged-media.ts). */
@@ -52,6 +56,8 @@ export class SandboxDriver implements NetworkDriver {
   private phone: string | null = null;
   private pairing: (PairingCode & { phone: string }) | null = null;
   private qrTimer: NodeJS.Timeout | undefined;
+  /** Ends the pairing nobody completed (PAIRING_TIMEOUT_MS). */
+  private pairingTimer: NodeJS.Timeout | undefined;
   private readonly timers = new Set<NodeJS.Timeout>();
   /** Listener calls run one after another, in the order the network produced them. */
   private emitting: Promise<void> = Promise.resolve();
@@ -103,6 +109,7 @@ export class SandboxDriver implements NetworkDriver {
     for (let i = 0; i < 8; i++) code += PAIRING_ALPHABET[bytes[i] % PAIRING_ALPHABET.length];
     const expiresAt = new Date(Date.now() + (this.opts.pairingCodeTtlMs ?? PAIRING_CODE_TTL_MS));
     this.pairing = { code: `${code.slice(0, 4)}-${code.slice(4)}`, expiresAt, phone };
+    this.startPairingTime(); // somebody is pairing now: the code gets the whole time
     return { code: this.pairing.code, expiresAt };
   }
 
@@ -156,6 +163,25 @@ export class SandboxDriver implements NetworkDriver {
   private async awaitScan(): Promise<void> {
     await this.emitState('awaiting_scan', { qr: newQr() });
     this.scheduleQrRefresh();
+    this.startPairingTime();
+  }
+
+  private startPairingTime(): void {
+    clearTimeout(this.pairingTimer);
+    const timeoutMs = this.opts.pairingTimeoutMs;
+    if (!timeoutMs) return;
+    this.pairingTimer = setTimeout(() => void this.endUnfinishedPairing(), timeoutMs);
+    this.pairingTimer.unref();
+  }
+
+  /** Nobody scanned or typed a code in time: no more QR codes until a connect starts a new
+   *  session (the worker replaces a logged-out driver), as the WhatsApp driver does. */
+  private async endUnfinishedPairing(): Promise<void> {
+    if (this.state !== 'awaiting_scan' || this.closed) return;
+    this.stopTimers();
+    this.pairing = null;
+    await this.emitState('logged_out', { reason: PAIRING_TIMEOUT });
+    this.closed = true;
   }
 
   /** Each QR lives 75–125 % of qrRefreshMs: many sessions started together (a server start, a
@@ -190,6 +216,7 @@ export class SandboxDriver implements NetworkDriver {
     this.requireAwaitingScan();
     this.state = 'starting';
     clearTimeout(this.qrTimer);
+    clearTimeout(this.pairingTimer);
     this.pairing = null;
     try {
       // A new link of the account: what the network owed an earlier one (before a reset or a
@@ -347,6 +374,7 @@ export class SandboxDriver implements NetworkDriver {
 
   private stopTimers(): void {
     clearTimeout(this.qrTimer);
+    clearTimeout(this.pairingTimer);
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
   }

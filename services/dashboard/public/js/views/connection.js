@@ -9,7 +9,7 @@ const STATE_TEXT = {
   awaiting_scan: 'Waiting for the QR code to be scanned.',
   connected: 'Connected and ready to send and receive.',
   reconnecting: 'The connection dropped; it reconnects by itself. Sends wait in the queue meanwhile.',
-  logged_out: 'The phone unlinked this instance. Connect to pair it again.',
+  logged_out: 'Not linked to a phone: the phone unlinked it, or nobody paired it in time. Connect to pair it.',
 };
 
 export function render(container, { api, navigate, instance, refresh }) {

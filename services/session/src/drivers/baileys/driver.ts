@@ -25,6 +25,7 @@ import {
   isDatabaseUnavailable,
   NOT_CONNECTED,
   PAIRING_CODE_TTL_MS,
+  PAIRING_TIMEOUT,
   problems,
   type Problem,
   SendError,
@@ -63,6 +64,9 @@ export interface BaileysDriverOptions {
   pairingReadyTimeoutMs?: number;
   /** How long a socket's pairing refs last (QR_REFS_BUDGET_MS); tests shorten it. */
   qrRefsBudgetMs?: number;
+  /** How long an unpaired session opens sockets for QR codes before it stops, `logged_out` with
+   *  reason PAIRING_TIMEOUT (undefined or 0: for ever). Checked when a socket's QR codes run out. */
+  pairingTimeoutMs?: number;
   /** A pairing code is asked on a fresh socket when the current one has less left (PAIRING_WINDOW_MS). */
   pairingWindowMs?: number;
   /** After the message went to the socket: how long before the send counts as uncertain. */
@@ -156,6 +160,8 @@ export class BaileysDriver implements NetworkDriver {
   private mediaHostsRenewedAt = -Infinity;
   /** When readySocket showed its first QR: its pairing refs, and a code asked on it, run out from then. */
   private readySince = 0;
+  /** When the first QR of the pairing under way was shown (a pairing-code request starts it again). */
+  private pairingSince: number | null = null;
   private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
   /** Why the last socket closed, until a newer one reaches the server (explains a failed pairing request). */
   private lastCloseReason: string | null = null;
@@ -239,8 +245,25 @@ export class BaileysDriver implements NetworkDriver {
       if (closedUnder(error)) throw pairingNotReady();
       throw error;
     });
+    this.pairingSince = Date.now(); // somebody is pairing now: the code gets the whole time
     const expiresAt = new Date(Math.min(Date.now() + PAIRING_CODE_TTL_MS, this.readySince + budget));
     return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt };
+  }
+
+  private pairingOverdue(): boolean {
+    const timeoutMs = this.opts.pairingTimeoutMs;
+    return Boolean(timeoutMs) && this.pairingSince !== null && Date.now() - this.pairingSince >= timeoutMs!;
+  }
+
+  /** Nobody scanned a QR or typed a code in time: each further socket would be one more
+   *  handshake with WhatsApp (every ~160 s, for ever, for an instance nobody uses), and an account
+   *  that keeps asking for QR codes is one WhatsApp may flag. The session stays up without a
+   *  socket; a connect or a pairing-code request replaces this driver with a new one. */
+  private async endUnfinishedPairing(): Promise<void> {
+    this.stopRunning();
+    this.pairingSince = null;
+    this.log.info({ pairingTimeoutMs: this.opts.pairingTimeoutMs }, 'nobody paired the instance in time; no more QR codes until it is connected again');
+    await this.report('logged_out', { reason: PAIRING_TIMEOUT });
   }
 
   /** Replaces the socket that is waiting for a pairing with a fresh one (new refs). */
@@ -419,6 +442,7 @@ export class BaileysDriver implements NetworkDriver {
   private async onConnectionUpdate(sock: BaileysSocket, update: BaileysEventMap['connection.update']): Promise<void> {
     if (update.qr && !this.connected) {
       this.reconnectAttempt = 0; // the server answered: the next QR session starts without a long backoff
+      this.pairingSince ??= Date.now();
       await this.report('awaiting_scan', { qr: update.qr });
     }
     if (update.connection === 'open') {
@@ -428,6 +452,7 @@ export class BaileysDriver implements NetworkDriver {
       this.lastCloseReason = null;
       this.reconnectAttempt = 0;
       this.restartsSinceOpen = 0;
+      this.pairingSince = null;
       await this.report('connected', { phone: phoneOf(sock.user?.id) });
     }
     if (update.connection === 'close') await this.onClose(update.lastDisconnect?.error);
@@ -459,6 +484,7 @@ export class BaileysDriver implements NetworkDriver {
         await this.openSocket().catch((error) => this.reopenFailed(error));
         return;
       case 'reconnect':
+        if (action.reason === 'qr_expired' && this.pairingOverdue()) return this.endUnfinishedPairing();
         await this.report('reconnecting', { reason: action.reason });
         this.scheduleReconnect();
         return;
