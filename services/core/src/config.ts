@@ -12,6 +12,8 @@ export interface Config {
   databaseUrl: string | undefined; // undefined → PGlite in DATA_DIR
   natsUrl: string | undefined; // undefined → in-process bus
   natsNamespace: string; // prefix of subjects, streams and buckets, so test runs never collide
+  /** On how many servers of a NATS cluster each stream and the media bucket are kept. */
+  natsStreamReplicas: number;
   networkDriver: 'baileys' | 'sandbox';
   encryptionKey: Buffer | undefined; // undefined → embedded server generates one in DATA_DIR
   webhookRetrySchedule: number[];
@@ -95,6 +97,7 @@ export function loadConfig(env: Env = process.env): Config {
       pattern: /^[A-Za-z0-9_-]*$/,
       words: 'letters, digits, "_" and "-" only',
     }),
+    natsStreamReplicas: read.int('NATS_STREAM_REPLICAS', 1, 1, 5), // JetStream's own limit is 5
     networkDriver: read.oneOf('NETWORK_DRIVER', 'baileys', ['baileys', 'sandbox'] as const),
     encryptionKey: read.key('ENCRYPTION_KEY'),
     webhookRetrySchedule: read.schedule('WEBHOOK_RETRY_SCHEDULE', DEFAULT_RETRY_SCHEDULE),

@@ -67,10 +67,10 @@ export async function openPlatform(config: Config, opts: PlatformOptions): Promi
     }
     if (opts.migrate) await startStep(database, 'cannot open or migrate the database', () => migrate(db));
     await checkEncryptionKeyAtStart(db, crypto);
-    const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
+    const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log, replicas: config.natsStreamReplicas }));
     closers.unshift(() => bus.close());
     const media = await startStep(config.natsUrl ? 'NATS_URL' : 'DATA_DIR', 'cannot open the media store', () =>
-      openMediaStore({ natsUrl: config.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, ttlMs: config.mediaRetentionMs }),
+      openMediaStore({ natsUrl: config.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, ttlMs: config.mediaRetentionMs, replicas: config.natsStreamReplicas }),
     );
     closers.unshift(() => media.close());
     return {

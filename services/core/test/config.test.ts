@@ -51,6 +51,7 @@ describe('configuration', () => {
     assert.equal(c.sendExpiryMs, 86_400_000);
     assert.equal(c.pairingCodeIntervalMs, 60_000);
     assert.equal(c.pairingTimeoutMs, 600_000);
+    assert.equal(c.natsStreamReplicas, 1);
     assert.equal(c.mediaLinkTtlSeconds, 3600);
     assert.equal(c.eventRetentionMs, 30 * 86_400_000);
     assert.equal(c.sandboxReceiptDelayMs, 50);
@@ -72,6 +73,7 @@ describe('configuration', () => {
       TRUST_PROXY: 'true',
       ALLOWED_ORIGINS: 'https://app.example.com, https://admin.example.com/',
       PAIRING_TIMEOUT_MS: '0',
+      NATS_STREAM_REPLICAS: '3',
     });
     assert.equal(c.port, 9000);
     assert.equal(c.publicBaseUrl, 'https://api.example.com');
@@ -80,6 +82,7 @@ describe('configuration', () => {
     assert.deepEqual(c.webhookRetrySchedule, [0, 1, 2, 3, 4, 5, 6, 7]);
     assert.deepEqual(c.allowedOrigins, ['https://app.example.com', 'https://admin.example.com']);
     assert.equal(c.pairingTimeoutMs, 0, 'never');
+    assert.equal(c.natsStreamReplicas, 3);
   });
 
   it('keeps media at least as long as a queued send may wait for its file (SEND_EXPIRY_MS and a sweep)', () => {
@@ -111,12 +114,12 @@ describe('configuration', () => {
 
   it('lists one line per bad variable, naming it', () => {
     try {
-      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x', PAIRING_TIMEOUT_MS: '-1' });
+      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x', PAIRING_TIMEOUT_MS: '-1', NATS_STREAM_REPLICAS: '6' });
       assert.fail('expected a ConfigError');
     } catch (err) {
       assert.ok(err instanceof ConfigError);
       const names = err.problems.map((p) => p.split(':')[0]).sort();
-      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'NETWORK_DRIVER', 'PAIRING_TIMEOUT_MS', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
+      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'NATS_STREAM_REPLICAS', 'NETWORK_DRIVER', 'PAIRING_TIMEOUT_MS', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
     }
   });
 

@@ -52,7 +52,7 @@ async function start(): Promise<() => Promise<void>> {
   await startStep('DATABASE_URL', 'cannot open or migrate the database', () => migrate(db));
   const crypto = new Crypto(config.encryptionKey!);
   await checkEncryptionKeyAtStart(db, crypto);
-  const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log }));
+  const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: config.natsUrl, namespace: config.natsNamespace, log, replicas: config.natsStreamReplicas }));
   const metrics = createMetrics({ db, bus }); // served on HEALTH_PORT at /metrics
   // The chart sets the pod's uid; without it each process is a replica of its own.
   const leaseOwner = process.env.DISPATCHER_REPLICA_NAME?.trim() || undefined;

@@ -117,6 +117,13 @@ describe('chart, CRDs and examples', function () {
     assert.equal(secret.stringData.NATS_URL, 'nats://nats.example:4222');
     assert.equal(external.filter((o) => o.kind === 'ServiceMonitor').length, 1);
     assert.equal(external.filter((o) => o.kind === 'NetworkPolicy').length, 0);
+    // Streams on as many servers as the external cluster is given; the bundled NATS is one server.
+    const replicas = (objs: Obj[]) => find(objs, 'ConfigMap', 'sb-switchboard-config')!.data.NATS_STREAM_REPLICAS;
+    assert.equal(replicas(external), '1');
+    const externalSets = [...REQUIRED, 'nats.enabled=false', 'externalNats.url=nats://nats.example:4222'];
+    assert.equal(replicas(template([...externalSets, 'externalNats.streamReplicas=3'])), '3');
+    assert.equal(replicas(template([...REQUIRED, 'externalNats.streamReplicas=3'])), '1', 'bundled: a single server');
+    assert.throws(() => template([...externalSets, 'externalNats.streamReplicas=7']), /streamReplicas/);
   });
 
   it('sets no disruption budget that would block a node drain, and escapes the bundled database password', () => {
@@ -177,6 +184,8 @@ describe('chart, CRDs and examples', function () {
       (find(template([...REQUIRED, ...sets]), 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[]).find((e) => e.name === 'SESSION_CONFIG_REVISION')!.value;
     const base = revision([]);
     assert.match(base, /^[0-9a-f]{64}$/);
+    const external = ['nats.enabled=false', 'externalNats.url=nats://nats.example:4222'];
+    assert.notEqual(revision([...external, 'externalNats.streamReplicas=3']), revision(external), 'sessions create their streams too');
     // Read by the gateway or the dispatcher only: one pod per instance would reconnect for nothing.
     for (const set of ['settings.rateLimitPerMinute=100', 'settings.webhookRetrySchedule=0\\,1\\,2\\,3\\,4\\,5\\,6\\,7', 'settings.trustProxy=true']) assert.equal(revision([set]), base, set);
     // Read by the session pods: links they sign, the driver, their database key.

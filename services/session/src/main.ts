@@ -82,8 +82,8 @@ export async function runSessionProcess(cfg: SessionProcessConfig): Promise<() =
     await db.destroy();
     throw err;
   });
-  const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log }));
-  const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto }));
+  const bus = await startStep('NATS_URL', 'cannot open the bus', () => openBus({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, log, replicas: config.natsStreamReplicas }));
+  const mediaStore = await startStep('NATS_URL', 'cannot open the media store', () => openMediaStore({ natsUrl: cfg.natsUrl, namespace: config.natsNamespace, dataDir: config.dataDir, crypto, replicas: config.natsStreamReplicas }));
   // Liveness is the event loop answering; readiness adds the database and the bus. A network
   // outage (WhatsApp unreachable) is neither: the session reconnects by itself.
   const health = cfg.healthPort === undefined ? undefined : startHealthServer(cfg.healthPort, () => checkReadiness({ database: () => db.raw('select 1'), bus: () => bus.pending('commands', '__ready_probe__') }));

@@ -11,11 +11,13 @@ export interface OpenBusOptions {
   /** Prefix isolating this deployment's subjects and streams on a shared NATS server ('' for none). */
   namespace: string;
   log: Logger;
+  /** NATS_STREAM_REPLICAS. */
+  replicas?: number;
 }
 
 export async function openBus(opts: OpenBusOptions): Promise<Bus> {
   if (opts.natsUrl) {
-    return JetStreamBus.open({ natsUrl: opts.natsUrl, namespace: opts.namespace, log: opts.log });
+    return JetStreamBus.open({ natsUrl: opts.natsUrl, namespace: opts.namespace, log: opts.log, replicas: opts.replicas });
   }
   return new MemoryBus({ log: opts.log });
 }

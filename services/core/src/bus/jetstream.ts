@@ -46,6 +46,7 @@ import { JetStreamPublisher } from './jetstream-publisher.ts';
 import { tracedConsumer, tracedPublish, tracedServe } from '../telemetry/bus.ts';
 import { withTraceHeaders } from '../telemetry/spans.ts';
 import { fromNatsHeaders, toNatsHeaders } from './nats-headers.ts';
+import { explainReplicasRefusal } from './stream-replicas.ts';
 import { natsServers } from './nats-servers.ts';
 
 export interface JetStreamBusOptions {
@@ -62,7 +63,7 @@ export interface JetStreamBusOptions {
   publishAttemptTimeoutMs?: number;
   /** Lifetime of a pull request; missed heartbeats (every half of it) trigger consumer recreation. */
   pullExpiresMs?: number;
-  /** Stream replicas (1 on a single server; 3 on a NATS cluster). */
+  /** Stream replicas (NATS_STREAM_REPLICAS: 1 on a single server; 3 on a NATS cluster). */
   replicas?: number;
 }
 
@@ -108,7 +109,7 @@ export class JetStreamBus implements Bus {
     });
     try {
       const bus = new JetStreamBus(nc, jetstream(nc), await jetstreamManager(nc), opts);
-      await bus.ensureStream('commands');
+      await bus.ensureStream('commands').catch((err) => Promise.reject(explainReplicasRefusal(err, opts.replicas ?? 1)));
       await bus.ensureStream('events');
       bus.watchConnection();
       return bus;
@@ -265,7 +266,8 @@ export class JetStreamBus implements Bus {
       const differs =
         c.subjects.join(',') !== wanted.subjects.join(',') ||
         c.max_age !== wanted.max_age ||
-        c.duplicate_window !== wanted.duplicate_window;
+        c.duplicate_window !== wanted.duplicate_window ||
+        c.num_replicas !== wanted.num_replicas; // NATS moves a stream to more servers or fewer in place
       if (differs) await this.jsm.streams.update(wanted.name, { ...c, ...wanted });
     } catch (err) {
       if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;

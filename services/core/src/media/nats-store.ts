@@ -8,6 +8,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { Objm, setSha256Backend, type ObjectStore } from '@nats-io/obj';
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
 import { natsServers } from '../bus/nats-servers.ts';
+import { explainReplicasRefusal } from '../bus/stream-replicas.ts';
 import type { Crypto } from '../crypto.ts';
 import { MediaCipher } from './encryption.ts';
 import { collectStream, inChunks, isSafeMediaId } from './stream-util.ts';
@@ -29,19 +30,26 @@ export interface NatsMediaStoreOptions {
   /** How long the bucket keeps an object at least (MEDIA_RETENTION_MS): an existing bucket with a
    *  shorter TTL is raised to it, never lowered. Default for a new bucket: 30 days. */
   ttlMs?: number;
+  /** On how many servers of a NATS cluster the bucket is kept (NATS_STREAM_REPLICAS, default 1);
+   *  an existing bucket is moved to that many. */
+  replicas?: number;
 }
 
 /**
- * Creating a bucket that exists keeps its TTL: without this, a TTL set before MEDIA_RETENTION_MS
- * was raised (or by a session process, which has the default) would delete media the records
- * still list. Only ever raised: the media retention sweep deletes by age, the TTL is its backstop,
- * and processes that disagree (sessions do not get MEDIA_RETENTION_MS) must not lower it.
+ * Creating a bucket that exists keeps its settings. Its TTL: without this, a TTL set before
+ * MEDIA_RETENTION_MS was raised (or by a session process, which has the default) would delete
+ * media the records still list. Only ever raised: the media retention sweep deletes by age, the
+ * TTL is its backstop, and processes that disagree (sessions do not get MEDIA_RETENTION_MS) must
+ * not lower it. Its replicas: NATS_STREAM_REPLICAS raised for a cluster applies to the media too.
  */
-async function keepObjectsAtLeast(nc: NatsConnection, bucketName: string, ttlMs: number): Promise<void> {
+async function keepBucketSettings(nc: NatsConnection, bucketName: string, opts: { ttlMs?: number; replicas: number }): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const stream = `OBJ_${bucketName}`;
   const { config } = await jsm.streams.info(stream);
-  if (config.max_age !== 0 && config.max_age < nanos(ttlMs)) await jsm.streams.update(stream, { ...config, max_age: nanos(ttlMs) });
+  const wanted = { ...config };
+  if (opts.ttlMs !== undefined && config.max_age !== 0 && config.max_age < nanos(opts.ttlMs)) wanted.max_age = nanos(opts.ttlMs);
+  wanted.num_replicas = opts.replicas;
+  if (wanted.max_age !== config.max_age || wanted.num_replicas !== config.num_replicas) await jsm.streams.update(stream, wanted);
 }
 
 export class NatsMediaStore implements MediaStore {
@@ -65,11 +73,13 @@ export class NatsMediaStore implements MediaStore {
     setSha256Backend('native');
     const nc = opts.nc ?? (await connect({ servers: natsServers(opts.natsUrl!), name: 'switchboard-media' }));
     try {
+      const replicas = opts.replicas ?? 1;
       const bucket = await new Objm(nc).create(natsMediaBucketName(opts.namespace), {
         description: 'Switchboard media (encrypted)',
         ttl: nanos(opts.ttlMs ?? DEFAULT_MEDIA_TTL_MS),
-      });
-      if (opts.ttlMs !== undefined) await keepObjectsAtLeast(nc, natsMediaBucketName(opts.namespace), opts.ttlMs);
+        replicas,
+      }).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
+      await keepBucketSettings(nc, natsMediaBucketName(opts.namespace), { ttlMs: opts.ttlMs, replicas });
       return new NatsMediaStore(bucket, nc, !opts.nc, opts.crypto);
     } catch (err) {
       if (!opts.nc) await nc.close();

@@ -13,11 +13,13 @@ export interface OpenMediaStoreOptions {
   crypto: Crypto;
   /** NATS bucket TTL; default 30 days. */
   ttlMs?: number;
+  /** NATS_STREAM_REPLICAS. */
+  replicas?: number;
 }
 
 export async function openMediaStore(opts: OpenMediaStoreOptions): Promise<MediaStore> {
   if (opts.natsUrl) {
-    return NatsMediaStore.open({ natsUrl: opts.natsUrl, namespace: opts.namespace, crypto: opts.crypto, ttlMs: opts.ttlMs });
+    return NatsMediaStore.open({ natsUrl: opts.natsUrl, namespace: opts.namespace, crypto: opts.crypto, ttlMs: opts.ttlMs, replicas: opts.replicas });
   }
   return new FileMediaStore(join(opts.dataDir, 'media'), opts.crypto);
 }
