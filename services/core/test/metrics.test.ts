@@ -43,18 +43,29 @@ describe('metrics', () => {
       { id: 'inst-a', name: 'a', state: 'connected', token_hash: 'a'.repeat(64), token_sealed: 's' },
       { id: 'inst-b', name: 'b', state: 'reconnecting', token_hash: 'b'.repeat(64), token_sealed: 's' },
     ]);
-    const item = (id: string, instance: string, status: string, createdAt = new Date()) => ({
-      id, instance_id: instance, messenger_id: id, phone: '5511999990000', type: 'text', payload: '{}', status, expires_at: new Date(Date.now() + 3600_000), created_at: createdAt,
+    const item = (id: string, instance: string, status: string, createdAt = new Date(), expiresAt = new Date(Date.now() + 3600_000)) => ({
+      id, instance_id: instance, messenger_id: id, phone: '5511999990000', type: 'text', payload: '{}', status, expires_at: expiresAt, created_at: createdAt,
     });
+    const dayAgo = new Date(Date.now() - 86_400_000 - 60_000);
     await db('send_items').insert([
       item('m1', 'inst-a', 'queued', new Date(Date.now() - 120_000)),
       item('m2', 'inst-a', 'sent'),
       item('m3', 'inst-b', 'queued'),
       item('m4', 'inst-b', 'queued'),
       item('m5', 'inst-b', 'failed'),
+      // Past the expiry window: history, not counted (a count of all history took seconds).
+      item('m6', 'inst-a', 'sent', dayAgo, new Date(Date.now() - 60_000)),
     ]);
-    await db('events').insert({ id: 'evt-1', instance_id: 'inst-a', type: 'message.sent', body: '{}' });
-    await db('deliveries').insert({ event_id: 'evt-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 });
+    await db('events').insert([
+      { id: 'evt-1', instance_id: 'inst-a', type: 'message.sent', body: '{}' },
+      { id: 'evt-old-1', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: dayAgo },
+      { id: 'evt-old-2', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: dayAgo },
+    ]);
+    await db('deliveries').insert([
+      { event_id: 'evt-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 },
+      { event_id: 'evt-old-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 }, // finished long ago
+      { event_id: 'evt-old-2', instance_id: 'inst-a', status: 'retrying', attempts: 7 }, // still open: counted
+    ]);
     await db('media').insert({ id: 'med-1', instance_id: 'inst-a', direction: 'inbound', mimetype: 'image/png', size: 1234 });
 
     const text = await metrics.render();
@@ -66,6 +77,7 @@ describe('metrics', () => {
     assert.equal(sample(text, 'switchboard_sessions', { state: 'connected' }), 1);
     assert.equal(sample(text, 'switchboard_sessions', { state: 'reconnecting' }), 1);
     assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }), 1);
+    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'retrying' }), 1);
     assert.equal(sample(text, 'switchboard_media_stored_bytes', { direction: 'inbound' }), 1234);
   });
 
