@@ -7,10 +7,11 @@ import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type Kube
 import type { Logger } from '@switchboard/core';
 import { EventRecorder } from './event-recorder.ts';
 import { ResilientInformer } from './informer.ts';
-import { InstanceReconciler } from './instance-reconciler.ts';
+import { InstanceReconciler, isAvailable } from './instance-reconciler.ts';
 import type { InstanceStore } from './instance-store.ts';
 import { describe } from './kube-errors.ts';
 import { ProjectReconciler } from './project-reconciler.ts';
+import { RolloutBudget, type MaxUnavailable } from './rollout-budget.ts';
 import { API_VERSION, GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, PROJECTS, VERSION, type Instance, type Project } from './resources.ts';
 import type { SessionPodSettings } from './session-pod.ts';
 import { WorkQueue } from './work-queue.ts';
@@ -30,6 +31,9 @@ export interface ControllerOptions {
   /** See InstanceReconcilerDeps.stuckPodAfterMs and nameTakenPollMs. */
   stuckPodAfterMs?: number;
   nameTakenPollMs?: number;
+  /** SESSION_ROLLOUT_MAX_UNAVAILABLE (default 10 %); see RolloutBudget. */
+  rolloutMaxUnavailable?: MaxUnavailable;
+  rolloutPollMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
   informerRestartMinMs?: number;
@@ -46,6 +50,7 @@ export class Controller {
   private readonly pods: ResilientInformer<V1Pod>;
   private readonly instanceReconciler: InstanceReconciler;
   private readonly projectReconciler: ProjectReconciler;
+  private readonly rollout: RolloutBudget;
   private pollTimer?: NodeJS.Timeout;
   /** Instances whose record says a session is up while none holds them, since when. */
   private readonly unheldSince = new Map<string, number>();
@@ -58,7 +63,16 @@ export class Controller {
     this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const events = new EventRecorder(core, FIELD_MANAGER, logger);
-    this.instanceReconciler = new InstanceReconciler({ custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs, nameTakenPollMs: o.nameTakenPollMs, onTokenRead: (id, hash) => this.tokenHashesRead.set(id, hash) });
+    this.rollout = new RolloutBudget({
+      max: o.rolloutMaxUnavailable ?? { percent: 10 },
+      down: () => this.sessionsDown(),
+      pods: () => this.pods.list(namespace).length,
+      wake: (ids) => ids.forEach((id) => this.queue.add(`instance/${id}`)),
+    });
+    this.instanceReconciler = new InstanceReconciler({
+      custom: this.custom, core, store: o.store, events, session: o.session, pollMs: o.podPollMs, stuckPodAfterMs: o.stuckPodAfterMs, nameTakenPollMs: o.nameTakenPollMs,
+      rollout: this.rollout, rolloutPollMs: o.rolloutPollMs, onTokenRead: (id, hash) => this.tokenHashesRead.set(id, hash),
+    });
     this.projectReconciler = new ProjectReconciler(this.custom, o.store);
     this.queue = new WorkQueue({
       handler: (key) => this.process(key),
@@ -85,6 +99,8 @@ export class Controller {
     this.pods = informer<V1Pod>(`/api/v1/namespaces/${namespace}/pods`, () => core.listNamespacedPod({ namespace, labelSelector: selector }), (p) => {
       const id = p.metadata?.labels?.[INSTANCE_LABEL];
       if (id) this.queue.add(`instance/${id}`);
+      // A pod Ready or gone may free room for outdated ones the rollout budget kept.
+      this.rollout.wakeWaiting();
     }, selector);
   }
 
@@ -106,6 +122,16 @@ export class Controller {
     this.pollTimer = undefined;
     this.queue.stop();
     await Promise.all([this.instances.stop(), this.projects.stop(), this.pods.stop()]);
+  }
+
+  /** Instances whose session pod is down now: terminating, ended, or not Ready. */
+  private sessionsDown(): Set<string> {
+    const down = new Set<string>();
+    for (const pod of this.pods.list(this.o.namespace)) {
+      const id = pod.metadata?.labels?.[INSTANCE_LABEL];
+      if (id && !isAvailable(pod)) down.add(id);
+    }
+    return down;
   }
 
   /** Resolves once nothing is queued or being reconciled (tests). */

@@ -18,6 +18,7 @@ import {
   GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, SESSION_FINALIZER, TEMPLATE_HASH_ANNOTATION, VERSION,
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
+import type { RolloutBudget } from './rollout-budget.ts';
 import { isControlledBy, isMadeFor, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
@@ -37,6 +38,11 @@ export interface InstanceReconcilerDeps {
   /** Told the hash of the token each reconcile read for an instance's Secret (a reconcile that
    *  fails after it is retried): a record holding another token needs another reconcile. */
   onTokenRead?: (instanceId: string, tokenHash: string) => void;
+  /** How many outdated session pods may be down at once; without one, each is replaced at once. */
+  rollout?: RolloutBudget;
+  /** How soon to look again at an outdated pod the rollout budget kept (60 s): a pod that becomes
+   *  Ready or goes away wakes the waiting ones first. */
+  rolloutPollMs?: number;
 }
 
 /** `starting`: the pod of the current template, not Ready (scheduling, pulling its image,
@@ -106,15 +112,20 @@ export class InstanceReconciler {
     }
     const status: InstanceStatus = { ...(instance.status ?? {}) };
     const wantRunning = !instance.spec.paused && !waiting;
+    let waitingForRollout = false;
     if (wantRunning && pod === 'absent') {
       pod = await this.startPod(instance);
     } else if (wantRunning && pod === 'outdated') {
-      await this.stopPod(instance, pod);
-      waiting = true;
+      waitingForRollout = this.d.rollout?.tryReplace(name) === false;
+      if (!waitingForRollout) {
+        await this.stopPod(instance, pod);
+        waiting = true;
+      }
     } else if (!wantRunning && (pod === 'starting' || pod === 'running' || pod === 'outdated')) {
       await this.stopPod(instance, pod);
     }
     if (pod === 'terminating') waiting = true;
+    if (pod === 'running' || !wantRunning) this.d.rollout?.settled(name);
     if (wantRunning && pod === 'foreign' && readyReason(instance) !== POD_NAME_TAKEN) {
       await this.d.events.record(instance, 'Warning', POD_NAME_TAKEN, `Pod ${sessionPodName(name)} exists but was not made by the operator for this Instance; it is left alone and the session starts once it is deleted or renamed.`);
     }
@@ -123,6 +134,7 @@ export class InstanceReconciler {
     await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, { notReady: observed.notReady, secretNameTaken }));
     if (waiting) return this.d.pollMs ?? 1000;
     if ((wantRunning && pod === 'foreign') || secretNameTaken) return this.d.nameTakenPollMs ?? 30_000;
+    if (waitingForRollout) return this.d.rolloutPollMs ?? 60_000;
   }
 
   private async read(namespace: string, name: string): Promise<Instance | undefined> {
@@ -295,6 +307,7 @@ export class InstanceReconciler {
   }
 
   private async finalize(instance: Instance): Promise<number | void> {
+    this.d.rollout?.settled(instance.metadata.name);
     if (!(instance.metadata.finalizers ?? []).includes(SESSION_FINALIZER)) return;
     const pod = (await this.podState(instance)).state;
     if (pod !== 'absent' && pod !== 'foreign') {
@@ -345,6 +358,12 @@ export class InstanceReconciler {
     const body = { ...instance, status };
     return (await this.d.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name, body })) as Instance;
   }
+}
+
+/** Serving: not being deleted, not ended, Ready. */
+export function isAvailable(pod: V1Pod): boolean {
+  const ended = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+  return !pod.metadata?.deletionTimestamp && !ended && whyNotReady(pod) === undefined;
 }
 
 /** Undefined when the pod is Ready (the kubelet's condition); otherwise what holds it, as

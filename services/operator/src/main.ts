@@ -30,6 +30,7 @@ async function start(): Promise<() => Promise<void>> {
     namespace: operator.namespace,
     store: new InstanceStore(db, crypto),
     session: operator.session,
+    rolloutMaxUnavailable: operator.rolloutMaxUnavailable,
     logger,
     leaseName: operator.leaseName,
     identity: operator.identity,

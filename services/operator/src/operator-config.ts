@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError, EnvReader } from '@switchboard/core';
+import { parseMaxUnavailable, type MaxUnavailable } from './rollout-budget.ts';
 import { SESSION_POD_TEMPLATE_KEYS, type SessionPodSettings, type SessionPodTemplate } from './session-pod.ts';
 
 export interface OperatorConfig {
@@ -11,6 +12,8 @@ export interface OperatorConfig {
   leaseName: string;
   healthPort: number;
   session: SessionPodSettings;
+  /** SESSION_ROLLOUT_MAX_UNAVAILABLE (default 10 %). */
+  rolloutMaxUnavailable: MaxUnavailable;
 }
 
 const SERVICE_ACCOUNT_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
@@ -29,12 +32,16 @@ export function loadOperatorConfig(env: Record<string, string | undefined> = pro
   const healthPort = new EnvReader(env, problems).int('HEALTH_PORT', 8080, 0, 65535);
   const resources = sessionResources(env.SESSION_RESOURCES, problems);
   const template = sessionPodTemplate(env.SESSION_POD_TEMPLATE, problems);
+  const rollout = env.SESSION_ROLLOUT_MAX_UNAVAILABLE?.trim() || '10%';
+  const rolloutMaxUnavailable = parseMaxUnavailable(rollout);
+  if (!rolloutMaxUnavailable) problems.push(`SESSION_ROLLOUT_MAX_UNAVAILABLE: must be a whole number of session pods (at least 1) or a percentage of them, 1% to 100% (got "${rollout}")`);
   if (problems.length) throw new ConfigError(problems);
   return {
     namespace: namespace!,
     identity: env.POD_NAME?.trim() || hostname(),
     leaseName,
     healthPort,
+    rolloutMaxUnavailable: rolloutMaxUnavailable!,
     session: {
       image: image!,
       imagePullPolicy: pullPolicy,

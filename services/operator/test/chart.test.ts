@@ -376,11 +376,21 @@ describe('chart, CRDs and examples', function () {
       ['SESSION_RESOURCES', '{"limits":{"memory":"lots"}}'],
       ['SESSION_RESOURCES', '{"requets":{"cpu":"1"}}'],
       ['SESSION_RESOURCES', '[1]'],
+      ['SESSION_ROLLOUT_MAX_UNAVAILABLE', '0'],
+      ['SESSION_ROLLOUT_MAX_UNAVAILABLE', '150%'],
+      ['SESSION_ROLLOUT_MAX_UNAVAILABLE', 'ten'],
     ]) {
       assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', [name]: value }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && err.problems[0].startsWith(`${name}: `), `${name}=${value}`);
     }
     const fine = loadOperatorConfig({ KUBERNETES_NAMESPACE: 'team-a', SESSION_IMAGE: 'x', SESSION_IMAGE_PULL_POLICY: 'Never', LEADER_ELECTION_LEASE: 'sb.operator-1', SESSION_RESOURCES: '{"requests":{"cpu":"0.5","memory":"128Mi"},"limits":{"cpu":2,"memory":"1e9"}}' });
     assert.deepEqual([fine.session.imagePullPolicy, fine.leaseName, fine.session.resources?.limits?.cpu], ['Never', 'sb.operator-1', 2]);
+    assert.deepEqual(fine.rolloutMaxUnavailable, { percent: 10 }, 'the default');
+    assert.deepEqual(loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_ROLLOUT_MAX_UNAVAILABLE: '25' }).rolloutMaxUnavailable, { count: 25 });
+    // The chart passes session.rolloutMaxUnavailable.
+    const operatorEnv = (sets: string[]) => find(template([...REQUIRED, ...sets]), 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+    assert.equal(operatorEnv([]).find((e) => e.name === 'SESSION_ROLLOUT_MAX_UNAVAILABLE')?.value, '10%');
+    assert.equal(operatorEnv(['session.rolloutMaxUnavailable=5']).find((e) => e.name === 'SESSION_ROLLOUT_MAX_UNAVAILABLE')?.value, '5');
+    assert.throws(() => template([...REQUIRED, 'session.rolloutMaxUnavailable=0']), /rolloutMaxUnavailable/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":[{"value":"x"}]}' }), /extraEnv entry must be an object with a name/);

@@ -88,6 +88,10 @@ export class FakeApiServer {
   /** Every refused request as "METHOD path STATUS" (injected failures excluded). */
   readonly refused: string[] = [];
 
+  /** Whether the kubelet makes a new pod's container ready at once (a test of readiness turns this
+   *  off and marks pods Ready itself, as a real kubelet does once the readiness probe passes). */
+  podsReadyAtOnce = true;
+
   constructor(private readonly options: FakeApiServerOptions = {}) {
     for (const t of BUILTIN) this.types.set(typeKeyOf(t.group, t.version, t.plural), t);
     const ajv = new Ajv({ strict: false, useDefaults: true, allErrors: true });
@@ -339,8 +343,8 @@ export class FakeApiServer {
       generation: 1,
     };
     delete o.metadata.deletionTimestamp;
-    // The kubelet starts it at once, and its container is ready at once.
-    if (route.type.kind === 'Pod') o.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] };
+    // The kubelet starts it at once, and its container is ready at once (or when a test says).
+    if (route.type.kind === 'Pod') o.status = { phase: 'Running', conditions: [{ type: 'Ready', status: this.podsReadyAtOnce ? 'True' : 'False' }] };
     this.validate(route.type, o);
     return this.save(route.typeKey, key, o, 'ADDED');
   }

@@ -20,6 +20,8 @@ const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
 // The records these tests write stand for sessions that run (no session process holds them):
 // their states are not taken for lost sessions here, only in the test made for that.
 const QUICK = { statePollMs: 100, podPollMs: 100, nameTakenPollMs: 200, backoffBaseMs: 20, backoffMaxMs: 500, informerRestartMinMs: 50, sessionLostAfterMs: 3_600_000 };
+/** Tests of other things replace pods one by one, whatever else is down (see the rollout test). */
+const NO_ROLLOUT_LIMIT = { rolloutMaxUnavailable: { count: 1000 } };
 
 describe('operator: Instance and Project reconciliation', function () {
   this.timeout(20_000);
@@ -68,7 +70,7 @@ describe('operator: Instance and Project reconciliation', function () {
     kubectl = kubeConfig.makeApiClient(CustomObjectsApi);
     controller = new Controller({
       kubeConfig, namespace: NAMESPACE, store, session: SESSION, logger: silentLogger,
-      ...QUICK, resyncMs: 1000, stuckPodAfterMs: 300,
+      ...QUICK, ...NO_ROLLOUT_LIMIT, resyncMs: 1000, stuckPodAfterMs: 300,
     });
     await controller.start();
   });
@@ -607,6 +609,71 @@ describe('operator: Instance and Project reconciliation', function () {
       assert.equal(i.status.observedGeneration, i.metadata.generation);
     });
     assert.equal(fake.pendingFailures, 0, 'every injected conflict was met');
+  });
+});
+
+describe('operator: a new session template rolls out a few pods at a time', function () {
+  this.timeout(30_000);
+  let fake: FakeApiServer;
+  let t: TestDb;
+  let controller: Controller;
+
+  before(async () => {
+    fake = await startFake({ podTerminationMs: 50 });
+    t = await openTestDb();
+    const kubeConfig = kubeConfigFor(fake.url);
+    // Waiting pods are woken by pod events alone here: the safety poll is longer than the test.
+    controller = new Controller({ kubeConfig, namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger, ...QUICK, rolloutMaxUnavailable: { count: 2 }, rolloutPollMs: 600_000 });
+    await controller.start();
+  });
+  after(async () => {
+    await controller?.stop();
+    await fake?.stop();
+    await t?.close();
+  });
+
+  it('replaces at most SESSION_ROLLOUT_MAX_UNAVAILABLE outdated pods at once, moving on as new ones become Ready', async () => {
+    const kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
+    const ids = ['roll-1', 'roll-2', 'roll-3', 'roll-4', 'roll-5', 'roll-6'];
+    for (const id of ids) {
+      await kubectl.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', metadata: { name: id }, spec: { displayName: id } } });
+    }
+    const pod = (id: string) => fake.get('', 'v1', 'pods', NAMESPACE, sessionPodName(id));
+    const ready = (p: any) => p && !p.metadata.deletionTimestamp && p.status?.conditions?.some((c: { type: string; status: string }) => c.type === 'Ready' && c.status === 'True');
+    const hash = (id: string): string | undefined => pod(id)?.metadata.annotations['switchboard.dev/template-hash'];
+    // Each pod's template hash now (it covers the Instance's own spec too).
+    const current = await eventually(() => {
+      assert.ok(ids.every((id) => pod(id) && ready(pod(id))), 'every session pod up');
+      return new Map(ids.map((id) => [id, hash(id)]));
+    });
+
+    // An upgrade: every pod is of an older template at once. New pods are Ready only when the test says.
+    fake.podsReadyAtOnce = false;
+    let mostDown = 0;
+    const down = () => ids.filter((id) => !ready(pod(id))).length;
+    const sampler = setInterval(() => (mostDown = Math.max(mostDown, down())), 5);
+    try {
+      for (const id of ids) fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName(id), (p) => (p.metadata.annotations['switchboard.dev/template-hash'] = 'older-template'));
+      const replaced = () => ids.filter((id) => hash(id) === current.get(id));
+      await eventually(() => assert.equal(replaced().length, 2, 'two replaced'));
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(replaced().length, 2, 'no more while those two are not Ready');
+      assert.equal(ids.filter((id) => hash(id) === 'older-template' && ready(pod(id))).length, 4, 'the others keep serving');
+
+      // Each new pod that becomes Ready lets one more go.
+      const markReady = (id: string) => fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName(id), (p) => (p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }));
+      markReady(replaced()[0]);
+      await eventually(() => assert.equal(replaced().length, 3, 'a third once one is Ready'));
+      await eventually(() => {
+        for (const id of replaced()) if (!ready(pod(id))) markReady(id);
+        assert.equal(replaced().length, 6, 'all replaced');
+        assert.ok(ids.every((id) => ready(pod(id))), 'all Ready');
+      }, 20_000, 50);
+    } finally {
+      clearInterval(sampler);
+      fake.podsReadyAtOnce = true;
+    }
+    assert.ok(mostDown <= 2, `at most two down at any time (saw ${mostDown})`);
   });
 });
 
