@@ -16,6 +16,7 @@ export { CallBatcher } from './call-batcher.ts';
 export * from './events.ts';
 export * from './send-events.ts';
 export * from './network.ts';
+export * from './settings-channel.ts';
 export * from './runtime.ts';
 export * from './bus/types.ts';
 export * from './bus/index.ts';

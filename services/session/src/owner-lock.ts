@@ -3,7 +3,7 @@
 // life — if the process dies the connection closes and the lock is released by the server.
 // PGlite (embedded): one process owns the database file, so an in-process registry suffices.
 import pg from 'pg';
-import { isEmbedded, sessionLockKey, withDeadline, type Db } from '@switchboard/core';
+import { isEmbedded, sessionLockKey, settingsChannel, withDeadline, type Db } from '@switchboard/core';
 
 export interface OwnerLock {
   /** Tries once; true when this holder now owns the instance. */
@@ -11,6 +11,9 @@ export interface OwnerLock {
   /** Whether the lock is still held now (asks the database; false on any failure). */
   isHeld(): Promise<boolean>;
   release(): Promise<void>;
+  /** True when the holder is told of settings changes while it holds the lock (onSettingsChanged),
+   *  so it need not poll for them. */
+  readonly hearsSettingsChanges: boolean;
 }
 
 /** How the holder checks its own lock: a round trip every `everyMs`; none within `timeoutMs`
@@ -22,8 +25,12 @@ export interface LockProbe {
 
 export const DEFAULT_LOCK_PROBE: LockProbe = { everyMs: 5_000, timeoutMs: 10_000 };
 
-export function ownerLockFor(db: Db, instanceId: string, onLost: (err: Error) => void, probe: LockProbe = DEFAULT_LOCK_PROBE): OwnerLock {
-  return isEmbedded(db) ? new InProcessLock(db, instanceId) : new AdvisoryLock(db, { key: sessionLockKey(instanceId), shared: false }, onLost, probe);
+/** `onSettingsChanged`: on PostgreSQL the holder listens for its instance's settings changes on
+ *  the lock's connection (core/settings-channel.ts), and is told of each while it holds the lock. */
+export function ownerLockFor(db: Db, instanceId: string, onLost: (err: Error) => void, probe: LockProbe = DEFAULT_LOCK_PROBE, onSettingsChanged?: () => void): OwnerLock {
+  if (isEmbedded(db)) return new InProcessLock(db, instanceId);
+  const listen = onSettingsChanged && { channel: settingsChannel(instanceId), onNotify: onSettingsChanged };
+  return new AdvisoryLock(db, { key: sessionLockKey(instanceId), shared: false }, onLost, probe, listen);
 }
 
 /** A PostgreSQL advisory lock on its own connection, watched like an owner lock: `key` is a signed
@@ -65,7 +72,12 @@ class AdvisoryLock implements OwnerLock {
     private readonly lock: { key: string; shared: boolean },
     private readonly onLost: (err: Error) => void,
     private readonly probe: LockProbe,
+    private readonly listen?: { channel: string; onNotify: () => void },
   ) {}
+
+  get hearsSettingsChanges(): boolean {
+    return this.listen !== undefined;
+  }
 
   async tryAcquire(): Promise<boolean> {
     if (this.client) return true;
@@ -79,11 +91,23 @@ class AdvisoryLock implements OwnerLock {
       await client.end().catch(() => undefined);
       return false;
     }
+    if (this.listen) await this.startListening(client, this.listen);
     // A connection that ends without release() means the lock is gone (server restart, network).
     client.once('end', () => this.lose(client, new Error('the owner-lock connection closed')));
     this.client = client;
     this.watch(client);
     return true;
+  }
+
+  /** Changes made before this LISTEN are read by the start that follows the lock's acquisition. */
+  private async startListening(client: pg.Client, listen: { channel: string; onNotify: () => void }): Promise<void> {
+    client.on('notification', (n) => {
+      if (n.channel === listen.channel && this.client === client) listen.onNotify();
+    });
+    await client.query(`LISTEN ${client.escapeIdentifier(listen.channel)}`).catch(async (err) => {
+      await client.end().catch(() => undefined); // releases the lock just taken
+      throw err;
+    });
   }
 
   /**
@@ -140,6 +164,7 @@ const heldInProcess = new WeakMap<Db, Set<string>>();
 
 class InProcessLock implements OwnerLock {
   private held = false;
+  readonly hearsSettingsChanges = false;
 
   constructor(
     private readonly db: Db,

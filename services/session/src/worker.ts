@@ -53,7 +53,8 @@ export interface SessionWorkerOptions {
   /** Wait between attempts to take the owner lock, and after a first start that failed. */
   lockRetryMs?: number;
   mediaDownloadTimeoutMs?: number;
-  /** How often a connected session re-reads its settings in the background. */
+  /** How often a connected session re-reads its settings in the background: on PostgreSQL, where
+   *  the lock's connection hears each change, a backstop (30 s); embedded, the way (2 s). */
   settingsRefreshMs?: number;
   /** Redelivery delay of a command that arrived while the session was not connected. */
   commandRetryDelayMs?: number;
@@ -94,7 +95,7 @@ export class SessionWorker {
   constructor(private readonly opts: SessionWorkerOptions) {
     this.instanceId = opts.instanceId;
     this.log = opts.log.child({ instanceId: opts.instanceId });
-    this.lock = ownerLockFor(opts.db, opts.instanceId, (err) => this.lockLost(err));
+    this.lock = ownerLockFor(opts.db, opts.instanceId, (err) => this.lockLost(err), undefined, () => this.settingsChanged());
     this.settings = new SettingsCache(opts.db, opts.instanceId);
     this.sends = new SendCommandHandler({
       db: opts.db,
@@ -284,12 +285,18 @@ export class SessionWorker {
    *  otherwise read their settings every few seconds for nothing. */
   private keepSettingsFresh(): void {
     if (this.settingsTimer) clearInterval(this.settingsTimer);
-    const everyMs = Math.max(this.opts.settingsRefreshMs ?? 2000, 100);
+    const everyMs = Math.max(this.opts.settingsRefreshMs ?? (this.lock.hearsSettingsChanges ? 30_000 : 2000), 100);
     this.settingsTimer = setInterval(() => {
       if (this.connection !== 'connected') return;
       this.settings.reload().catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
     }, everyMs);
     this.settingsTimer.unref();
+  }
+
+  /** Told by the lock's connection (a PostgreSQL notification): read them at once. */
+  private settingsChanged(): void {
+    if (!this.owning) return; // the next start reads them
+    this.settings.reload().catch((err) => this.log.warn({ err: String(err) }, 'session: settings refresh failed'));
   }
 
   // ---- start-up recovery ----

@@ -72,4 +72,28 @@ describe('session worker: the driver context', function () {
       await rt.close();
     }
   });
+
+  it('on PostgreSQL, hears a settings change at once through its lock connection, with no poll', async () => {
+    const sandbox = sandboxDriverFactory({ db: env.db, receiptDelayMs: 5, reconnectDelayMs: 10 });
+    const seen: DriverContext[] = [];
+    const rt = env.runtime({ driverFactory: (ctx) => (seen.push(ctx), sandbox(ctx)), settingsRefreshMs: 600_000 });
+    try {
+      const instanceId = await env.createInstance();
+      await rt.start(instanceId);
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'awaiting_scan', 'awaiting_scan');
+      await rt.call(instanceId, 'sandbox.scan', { phone: '5511999990001' });
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected');
+      await env.db('instances').where({ id: instanceId }).update({ settings: JSON.stringify({ autoRejectCalls: true }) });
+      await until(() => seen[0].settings().autoRejectCalls, 'the change, told by the database', 3000);
+      // A lock connection lost and taken again listens again.
+      await killLockSession(instanceId);
+      await until(() => seen.length === 2, 'a new driver after the lock was taken again');
+      await until(async () => (await instanceRow(env.db, instanceId)).state === 'connected', 'connected again');
+      await new Promise((resolve) => setTimeout(resolve, 300)); // its read on connecting is over
+      await env.db('instances').where({ id: instanceId }).update({ settings: JSON.stringify({ autoRejectCalls: false, autoReadMessages: true }) });
+      await until(() => seen[1].settings().autoReadMessages, 'heard on the new lock connection', 3000);
+    } finally {
+      await rt.close();
+    }
+  });
 });

@@ -22,6 +22,7 @@ import * as m018 from './018_sandbox_ledger_cascade.ts';
 import * as m019 from './019_rate_limit_windows.ts';
 import * as m020 from './020_queue_slot_while_sending.ts';
 import * as m021 from './021_auth_state_cascade.ts';
+import * as m022 from './022_settings_notify.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -50,6 +51,7 @@ const migrations: Record<string, Migration> = {
   '019_rate_limit_windows': m019,
   '020_queue_slot_while_sending': m020,
   '021_auth_state_cascade': m021,
+  '022_settings_notify': m022,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
