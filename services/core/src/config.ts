@@ -28,6 +28,8 @@ export interface Config {
   mediaLinkTtlSeconds: number;
   mediaRetentionMs: number;
   eventRetentionMs: number;
+  /** Settled sends and received messages older than this are deleted (0: kept for ever). */
+  messageRetentionMs: number;
   sandboxReceiptDelayMs: number;
   /** How long a stopping gateway keeps serving (its readiness 503) before it closes its port. */
   shutdownDelayMs: number;
@@ -111,6 +113,7 @@ export function loadConfig(env: Env = process.env): Config {
     mediaLinkTtlSeconds: read.int('MEDIA_LINK_TTL_SECONDS', 3600, 1, 30 * 86_400),
     mediaRetentionMs: read.int('MEDIA_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
     eventRetentionMs: read.int('EVENT_RETENTION_MS', 30 * 86_400_000, 1, 3650 * 86_400_000),
+    messageRetentionMs: read.int('MESSAGE_RETENTION_MS', 0, 0, 3650 * 86_400_000),
     sandboxReceiptDelayMs: read.int('SANDBOX_RECEIPT_DELAY_MS', 50, 0, 3_600_000),
     shutdownDelayMs: read.int('SHUTDOWN_DELAY_MS', 0, 0, 120_000),
     logLevel: read.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),

@@ -12,6 +12,7 @@ export * from './logger.ts';
 export * from './outbox.ts';
 export * from './periodic-job.ts';
 export * from './event-retention.ts';
+export * from './message-retention.ts';
 export { CallBatcher } from './call-batcher.ts';
 export * from './events.ts';
 export * from './send-events.ts';

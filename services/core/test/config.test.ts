@@ -54,6 +54,7 @@ describe('configuration', () => {
     assert.equal(c.natsStreamReplicas, 1);
     assert.equal(c.mediaLinkTtlSeconds, 3600);
     assert.equal(c.eventRetentionMs, 30 * 86_400_000);
+    assert.equal(c.messageRetentionMs, 0, 'messages are kept unless asked');
     assert.equal(c.sandboxReceiptDelayMs, 50);
     assert.equal(c.databaseUrl, undefined);
     assert.equal(c.natsUrl, undefined);

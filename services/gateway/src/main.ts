@@ -1,6 +1,6 @@
 // The gateway process of cluster mode (PostgreSQL + NATS; sessions run as their own pods and are
 // reached over NATS; Instance resources are kept in step when running inside Kubernetes).
-import { OutboxRelay, STOP_TIMEOUT_MS, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startEventRetention, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
+import { OutboxRelay, STOP_TIMEOUT_MS, checkTelemetryEnv, loadConfig, readEnvironment, requireSettings, openPlatform, runService, startMediaRetention, startEventRetention, startMessageRetention, startTelemetry, withChosenPort, type StopService } from '@switchboard/core';
 import { RemoteSessionRuntime, expirySweepIntervalMs, startExpirySweeper } from '@switchboard/session';
 import { createGatewayApp } from './app.ts';
 import { SendItemWriter } from './sending/send-item-writer.ts';
@@ -37,6 +37,7 @@ async function start(): Promise<StopService> {
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, log });
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
+  const messageRetention = startMessageRetention({ db, maxAgeMs: config.messageRetentionMs, log });
   const resources = await kubernetesResources();
   const stopState = { stopping: false };
   const rateWindows = new SharedRateWindows({ db, limit: config.rateLimitPerMinute, log });
@@ -49,7 +50,7 @@ async function start(): Promise<StopService> {
     await http.close({ drainMs: config.shutdownDelayMs });
     await rateWindows.stop();
     await sweeper.stop();
-    await Promise.all([retention.stop(), eventRetention.stop()]);
+    await Promise.all([retention.stop(), eventRetention.stop(), messageRetention.stop()]);
     await runtime.close();
     await relay.stop();
     await platform.close();

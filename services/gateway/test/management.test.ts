@@ -1,6 +1,6 @@
 // The management half of the API over real HTTP, on PGlite and on PostgreSQL.
 import assert from 'node:assert/strict';
-import { Problem } from '@switchboard/core';
+import { Problem, deleteOldReceived, deleteOldSends } from '@switchboard/core';
 import { startTestServer, type StorageKind, type TestServer } from '../../../test/support/server.ts';
 import { healthRoutes } from '../src/routes/health.ts';
 import { eventually } from '../../../test/support/http.ts';
@@ -606,6 +606,38 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         const future = await t.admin.get('/api/stats?from=2099-01-01');
         assert.equal(future.status, 200);
         assert.deepEqual([future.body.from, future.body.to], ['2099-01-01', '2099-01-01']);
+      });
+
+      it('counts what message retention deleted as before (MESSAGE_RETENTION_MS)', async () => {
+        const project = (await t.admin.post('/api/projects', { name: 'Retention' })).body;
+        const inst = await createInstance('Retention', project.id);
+        const db = t.server.platform.db;
+        const at = (iso: string) => new Date(iso);
+        const send = (id: string, type: string, status: string, day: string) => ({
+          id, instance_id: inst.id, messenger_id: id, phone: '5511999990000', type, payload: '{}', status, created_at: at(`${day}T10:00:00Z`), expires_at: at(`${day}T23:00:00Z`),
+        });
+        await db('send_items').insert([send('snd-ret-1', 'text', 'read', '2021-03-04'), send('snd-ret-2', 'image', 'failed', '2021-03-04'), send('snd-ret-3', 'text', 'read', '2021-03-06')]);
+        const received = (id: string, day: string, fromMe = false) => ({ id, instance_id: inst.id, message_id: id, type: 'text', from_me: fromMe, created_at: at(`${day}T23:30:00Z`) });
+        await db('incoming').insert([received('inc-ret-1', '2021-03-04'), received('inc-ret-2', '2021-03-05', true), received('inc-ret-3', '2021-03-06')]);
+        const stats = async (query: string) => (await t.admin.get(`/api/stats?from=2021-03-01&to=2021-03-31&${query}`)).body.rows;
+        const day = async () => (await t.admin.get('/api/stats?from=2021-03-05&to=2021-03-05')).body.rows;
+        const before = { all: await stats(''), project: await stats(`projectId=${project.id}`), instance: await stats(`instanceId=${inst.id}`), day: await day() };
+        assert.deepEqual(before.instance, [
+          { date: '2021-03-04', direction: 'inbound', type: 'text', count: 1 },
+          { date: '2021-03-04', direction: 'outbound', type: 'image', count: 1 },
+          { date: '2021-03-04', direction: 'outbound', type: 'text', count: 1 },
+          { date: '2021-03-05', direction: 'outbound', type: 'text', count: 1 },
+          { date: '2021-03-06', direction: 'inbound', type: 'text', count: 1 },
+          { date: '2021-03-06', direction: 'outbound', type: 'text', count: 1 },
+        ]);
+        // Everything up to 2021-03-05 goes; 2021-03-06 stays as rows: both count, once.
+        assert.equal(await deleteOldSends(db, at('2021-03-05T00:00:00Z'), 100), 2);
+        assert.equal(await deleteOldReceived(db, at('2021-03-06T00:00:00Z'), 100), 2);
+        assert.equal(await db('send_items').where({ instance_id: inst.id }).count({ n: '*' }).first().then((r: any) => Number(r.n)), 1);
+        const after = { all: await stats(''), project: await stats(`projectId=${project.id}`), instance: await stats(`instanceId=${inst.id}`), day: await day() };
+        assert.deepEqual(after, before);
+        const later = await t.admin.get(`/api/stats?from=2021-03-06&to=2021-03-31&instanceId=${inst.id}`);
+        assert.deepEqual(later.body.rows, before.instance.slice(4), 'a range without the counted days');
       });
 
       it('reports instances, queues and media', async () => {

@@ -215,10 +215,10 @@ describe('chart, CRDs and examples', function () {
     const configMap = (sets: string[]) => find(template([...REQUIRED, ...sets]), 'ConfigMap', 'sb-switchboard-config')!.data as Record<string, string>;
     const defaults = configMap([]);
     assert.deepEqual(Object.keys(defaults).filter((k) => /TRUST|RATE|ORIGINS|RETRY|EXPIRY|PAIRING|TTL|RETENTION/.test(k)), [], 'left empty: the defaults of the code');
-    const set = configMap(['settings.trustProxy=true', 'settings.rateLimitPerMinute=1200', 'settings.allowedOrigins=https://a.example.com\\,https://b.example.com', 'settings.mediaLinkTtlSeconds=600', 'settings.mediaRetentionMs=86400000', 'settings.eventRetentionMs=172800000', 'settings.pairingTimeoutMs=0']);
+    const set = configMap(['settings.trustProxy=true', 'settings.rateLimitPerMinute=1200', 'settings.allowedOrigins=https://a.example.com\\,https://b.example.com', 'settings.mediaLinkTtlSeconds=600', 'settings.mediaRetentionMs=86400000', 'settings.eventRetentionMs=172800000', 'settings.pairingTimeoutMs=0', 'settings.messageRetentionMs=7776000000']);
     assert.deepEqual(
-      [set.TRUST_PROXY, set.RATE_LIMIT_PER_MINUTE, set.ALLOWED_ORIGINS, set.MEDIA_LINK_TTL_SECONDS, set.MEDIA_RETENTION_MS, set.EVENT_RETENTION_MS, set.PAIRING_TIMEOUT_MS],
-      ['true', '1200', 'https://a.example.com,https://b.example.com', '600', '86400000', '172800000', '0'],
+      [set.TRUST_PROXY, set.RATE_LIMIT_PER_MINUTE, set.ALLOWED_ORIGINS, set.MEDIA_LINK_TTL_SECONDS, set.MEDIA_RETENTION_MS, set.EVENT_RETENTION_MS, set.PAIRING_TIMEOUT_MS, set.MESSAGE_RETENTION_MS],
+      ['true', '1200', 'https://a.example.com,https://b.example.com', '600', '86400000', '172800000', '0', '7776000000'],
     );
     // The same ConfigMap reaches the gateway, the dispatcher and, through the operator, the sessions.
     const objs = template(REQUIRED);

@@ -7,7 +7,7 @@
 import { startPeriodicJob, type Db, type Logger, type PeriodicJob } from '@switchboard/core';
 
 /** Tables with updates and deletes (retention's among them); the others only grow. */
-const CHURNING_TABLES = ['outbox', 'media_purge', 'instances', 'sandbox_ledger', 'deliveries', 'send_items', 'auth_state', 'dispatcher_replicas', 'events', 'media'];
+const CHURNING_TABLES = ['outbox', 'media_purge', 'instances', 'sandbox_ledger', 'deliveries', 'send_items', 'incoming', 'message_counts', 'auth_state', 'dispatcher_replicas', 'events', 'media'];
 /** One run in this many also analyzes the whole database (it samples a bounded number of rows). */
 const ANALYZE_EVERY_RUNS = 6;
 

@@ -1,7 +1,7 @@
 // The embedded deployment: gateway, local session runtime, dispatcher and background jobs in one
 // process (DESIGN §1). With DATABASE_URL/NATS_URL set it uses them; otherwise PGlite and the
 // in-process bus in DATA_DIR.
-import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, startEventRetention, withChosenPort, type Config, type Db, type Logger, type Platform } from '@switchboard/core';
+import { OutboxRelay, createMetrics, isEmbedded, loadConfig, openPlatform, startMediaRetention, startEventRetention, startMessageRetention, withChosenPort, type Config, type Db, type Logger, type Platform } from '@switchboard/core';
 import { InstanceTokenLookup, SendItemWriter, createGatewayApp, listen } from '@switchboard/gateway';
 import { LocalSessionRuntime, driverFactoryFor, mediaArchive, expirySweepIntervalMs, requeueQueuedCommands, startExpirySweeper } from '@switchboard/session';
 import { startDispatcher } from '@switchboard/dispatcher';
@@ -48,6 +48,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
   const sweeper = startExpirySweeper({ db, relay, log, intervalMs: expirySweepIntervalMs(config.sendExpiryMs) });
   const retention = startMediaRetention({ db, store: media, maxAgeMs: config.mediaRetentionMs, log });
   const eventRetention = startEventRetention({ db, maxAgeMs: config.eventRetentionMs, log });
+  const messageRetention = startMessageRetention({ db, maxAgeMs: config.messageRetentionMs, log });
   const vacuum = isEmbedded(db) ? startDatabaseVacuum({ db, log }) : undefined;
   const stopState = { stopping: false };
   const app = createGatewayApp({ config, db, crypto, bus, relay, runtime, media, log, adminKey: platform.adminKey, startedAt: new Date(), metrics, sendItems: new SendItemWriter(db), instanceTokens: new InstanceTokenLookup(db), stopState });
@@ -67,7 +68,7 @@ export async function startEmbeddedServer(configured: Config = loadConfig(), opt
     async stop() {
       await http.close({ drainMs: config.shutdownDelayMs });
       await sweeper.stop();
-      await Promise.all([retention.stop(), eventRetention.stop(), vacuum?.stop()]);
+      await Promise.all([retention.stop(), eventRetention.stop(), messageRetention.stop(), vacuum?.stop()]);
       await runtime.close();
       await dispatcher.stop();
       await relay.stop();

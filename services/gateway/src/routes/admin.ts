@@ -34,7 +34,12 @@ function parseDay(value: string | undefined, field: string): Date | undefined {
 /** A UTC midnight as PostgreSQL reads it, for any year from 1 to 10000 (the day after `to`
  *  9999-12-31, which an ISO string would write as +010000 and PostgreSQL refuse). */
 function sqlMidnight(d: Date): string {
-  return `${String(d.getUTCFullYear()).padStart(4, '0')}-${d.toISOString().slice(-19, -14)} 00:00:00+00`;
+  return `${sqlDay(d)} 00:00:00+00`;
+}
+
+/** The UTC date of `d` as PostgreSQL reads a date (years 1 to 9999). */
+function sqlDay(d: Date): string {
+  return `${String(d.getUTCFullYear()).padStart(4, '0')}-${d.toISOString().slice(-19, -14)}`;
 }
 
 export const adminRoutes = [
@@ -93,8 +98,19 @@ async function countMessages(deps: GatewayDeps, from: Date, until: Date, project
       .where('from_api', false),
     'incoming',
   ).groupByRaw('1, 2, 3');
+  // What message retention deleted was counted first (migration 023).
+  const deleted = db('message_counts')
+    .select(db.raw(`to_char(date, 'YYYY-MM-DD') as date`), 'direction', 'type')
+    .sum({ count: 'count' })
+    .where('date', '>=', sqlDay(from))
+    .andWhere('date', '<=', sqlDay(new Date(until.getTime() - DAY_MS)))
+    .modify((q) => {
+      if (instanceId) q.andWhere('instance_id', instanceId);
+      if (projectId) q.whereIn('instance_id', db('instances').select('id').where({ project_id: projectId }));
+    })
+    .groupByRaw('1, 2, 3');
   const counts = new Map<string, { date: string; direction: string; type: string; count: number }>();
-  for (const r of [...(await sends), ...(await received)]) {
+  for (const r of [...(await sends), ...(await received), ...(await deleted)]) {
     const k = `${r.date}|${r.direction}|${r.type}`;
     const row = counts.get(k) ?? { date: r.date, direction: r.direction, type: r.type, count: 0 };
     row.count += Number(r.count);

@@ -23,6 +23,7 @@ import * as m019 from './019_rate_limit_windows.ts';
 import * as m020 from './020_queue_slot_while_sending.ts';
 import * as m021 from './021_auth_state_cascade.ts';
 import * as m022 from './022_settings_notify.ts';
+import * as m023 from './023_message_counts.ts';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -52,6 +53,7 @@ const migrations: Record<string, Migration> = {
   '020_queue_slot_while_sending': m020,
   '021_auth_state_cascade': m021,
   '022_settings_notify': m022,
+  '023_message_counts': m023,
 };
 
 export const migrationSource: Knex.MigrationSource<string> = {
