@@ -595,6 +595,31 @@ describe('baileys driver: connection', () => {
     await settled(60);
     assert.equal(r.network.sockets.length, 2, 'no reconnect after logout');
   });
+
+  it('a logout between connections connects first to unlink the device (at once, not at the backoff), within a limit', async () => {
+    const linkedJid = `${MY_PHONE}:12@s.whatsapp.net`;
+    // The reconnect waits a long backoff: the logout opens the socket now, and unlinks once it is open.
+    const slow = await connectedRig({ backoff: { baseMs: 60_000, maxMs: 60_000, jitter: 0 } });
+    await slow.sock().drop(DisconnectReason.connectionLost);
+    await until(() => slow.listener.state === 'reconnecting', 'reconnecting');
+    assert.equal(slow.network.sockets.length, 2, 'no socket before the backoff ends');
+    const loggingOut = slow.driver.logout();
+    await until(() => slow.network.sockets.length === 3, 'a socket opened for the unlink');
+    slow.sock().open();
+    await loggingOut;
+    assert.deepEqual(slow.network.logouts, [linkedJid], 'unlinked on the phone');
+    assert.equal(slow.auth.data.size, 0);
+    assert.deepEqual(slow.listener.states.at(-1), { state: 'logged_out', reason: 'logout' });
+
+    // A connection that does not come in time: credentials cleared all the same, the device left listed.
+    const never = await connectedRig({ unlinkConnectWaitMs: 200 });
+    await never.sock().drop(DisconnectReason.connectionLost);
+    await until(() => never.network.sockets.length === 3, 'reconnecting socket');
+    await never.driver.logout();
+    assert.deepEqual(never.network.logouts, []);
+    assert.equal(never.auth.data.size, 0);
+    assert.deepEqual(never.listener.states.at(-1), { state: 'logged_out', reason: 'logout' });
+  });
 });
 
 describe('baileys driver: sending', () => {

@@ -67,6 +67,8 @@ export interface BaileysDriverOptions {
   /** How long an unpaired session opens sockets for QR codes before it stops, `logged_out` with
    *  reason PAIRING_TIMEOUT (undefined or 0: for ever). Checked when a socket's QR codes run out. */
   pairingTimeoutMs?: number;
+  /** How long a logout of a linked session between connections waits for one (UNLINK_CONNECT_WAIT_MS). */
+  unlinkConnectWaitMs?: number;
   /** A pairing code is asked on a fresh socket when the current one has less left (PAIRING_WINDOW_MS). */
   pairingWindowMs?: number;
   /** After the message went to the socket: how long before the send counts as uncertain. */
@@ -100,6 +102,9 @@ const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
 /** How long a received message or receipt waits for a database that cannot be reached before it
  *  is given up. */
 const RECORD_RETRY_MS = 120_000;
+/** How long a logout waits for a linked session's connection to come back, to unlink the device:
+ *  short, as a reset through the API waits for it (the gateway asks a session for 10 s). */
+const UNLINK_CONNECT_WAIT_MS = 4000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
 /** Error codes of a group query that mean the instance may not send there (a bad group id, not
@@ -212,6 +217,7 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   async logout(): Promise<void> {
+    await this.reconnectToUnlink();
     const sock = this.sock;
     const wasConnected = this.connected;
     this.stopRunning();
@@ -222,6 +228,18 @@ export class BaileysDriver implements NetworkDriver {
     if (sock) await sock.end(undefined).catch(() => {});
     await this.clearAuth();
     await this.report('logged_out', { reason: 'logout' });
+  }
+
+  /** A linked session between connections (a drop, a restart) cannot unlink its device: it
+   *  connects now rather than at its backoff's end, and the logout waits a little for it. Without
+   *  that the phone keeps listing a device nobody uses, and WhatsApp allows only four, so the
+   *  next pairing may be refused. A connection that does not come in time leaves it linked. */
+  private async reconnectToUnlink(): Promise<void> {
+    if (this.connected || !this.running || !this.creds || !hasLinkedAccount(this.creds)) return;
+    if (this.reconnectTimer) await this.openSocket().catch(() => undefined);
+    const deadline = Date.now() + (this.opts.unlinkConnectWaitMs ?? UNLINK_CONNECT_WAIT_MS);
+    while (!this.connected && this.running && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+    if (!this.connected) this.log.warn('not connected in time to unlink the device; the phone keeps listing it until WhatsApp removes it');
   }
 
   /** Phone pairing: asked only once the socket is ready (has shown a QR); returns `ABCD-EFGH`. */
