@@ -57,10 +57,15 @@ const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'fil
 const OPEN_DELIVERY_STATUSES = ['pending', 'retrying'];
 /** Send item statuses (DESIGN §5), named in the query so it walks the (status, expires_at) index. */
 const SEND_ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'];
-/** Finished deliveries are counted for the events of this last stretch of time, not for all
- *  history: a count of every row took seconds at a few million, and a read over 2 s leaves every
- *  database gauge out of the scrape (the queue depth among them). */
-const RECENT_DELIVERIES_MS = 24 * 3_600_000;
+/** Send items are counted while their queue expiry is at most this far past, not for all history:
+ *  a count of every row took seconds at a few million (send items are never pruned unless
+ *  MESSAGE_RETENTION_MS says so), and a read over 2 s leaves every database gauge out of the
+ *  scrape (the queue depth among them). An item turns `expired` at its expiry, so it is counted
+ *  for a day after that; outcomes, for about two days after acceptance. */
+const RECENT_SEND_ITEMS_MS = 24 * 3_600_000;
+/** Finished deliveries are counted for the events of the last week: an event's last attempt
+ *  comes about 28 h after it on the default schedule, so `exhausted` ones are in it. */
+const RECENT_DELIVERIES_MS = 7 * 24 * 3_600_000;
 
 const EVENT_LOOP_SAMPLE_MS = 100;
 
@@ -198,7 +203,7 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
   });
   new Gauge({
     name: 'switchboard_send_items',
-    help: 'Send items not yet past their expiry time (accepted within SEND_EXPIRY_MS) by status and the state of their instance',
+    help: 'Send items whose queue expiry is at most a day past (accepted within SEND_EXPIRY_MS and a day) by status and the state of their instance',
     labelNames: ['status', 'instance_state'] as const,
     registers,
     async collect() {
@@ -218,7 +223,7 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
   });
   new Gauge({
     name: 'switchboard_webhook_deliveries',
-    help: 'Webhook deliveries by status: pending and retrying ones all, finished ones of the events of the last 24 h (exhausted: all attempts failed)',
+    help: 'Webhook deliveries by status: pending and retrying ones all, finished ones of the events of the last 7 days (exhausted: all attempts failed)',
     labelNames: ['status'] as const,
     registers,
     async collect() {
@@ -245,12 +250,12 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
     .where('s.status', 'queued')
     .groupBy('i.state')
     .select('i.state as state', db.raw('count(*) as count'), db.raw('min(s.created_at) as oldest'));
-  // The items of the current expiry window, not every item ever accepted (see RECENT_DELIVERIES_MS):
-  // queued and sending ones are all in it (past it they become `expired`), outcomes are recent ones.
+  // Recent items (RECENT_SEND_ITEMS_MS), not every item ever accepted: queued and sending ones are
+  // all in it (a day past their expiry they are long `expired`), outcomes are recent ones.
   const items = await db('send_items as s')
     .join('instances as i', 'i.id', 's.instance_id')
     .whereIn('s.status', SEND_ITEM_STATUSES)
-    .where('s.expires_at', '>', db.fn.now())
+    .where('s.expires_at', '>', new Date(Date.now() - RECENT_SEND_ITEMS_MS))
     .groupBy('s.status', 'i.state')
     .select('s.status as status', 'i.state as state', db.raw('count(*) as count'));
   const sessions = await db('instances').groupBy('state').select('state', db.raw('count(*) as count'));

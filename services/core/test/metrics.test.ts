@@ -46,23 +46,27 @@ describe('metrics', () => {
     const item = (id: string, instance: string, status: string, createdAt = new Date(), expiresAt = new Date(Date.now() + 3600_000)) => ({
       id, instance_id: instance, messenger_id: id, phone: '5511999990000', type: 'text', payload: '{}', status, expires_at: expiresAt, created_at: createdAt,
     });
-    const dayAgo = new Date(Date.now() - 86_400_000 - 60_000);
+    const hoursAgo = (h: number) => new Date(Date.now() - h * 3_600_000);
     await db('send_items').insert([
       item('m1', 'inst-a', 'queued', new Date(Date.now() - 120_000)),
       item('m2', 'inst-a', 'sent'),
       item('m3', 'inst-b', 'queued'),
       item('m4', 'inst-b', 'queued'),
       item('m5', 'inst-b', 'failed'),
-      // Past the expiry window: history, not counted (a count of all history took seconds).
-      item('m6', 'inst-a', 'sent', dayAgo, new Date(Date.now() - 60_000)),
+      // Expired an hour ago: counted (the expiry sweep made it `expired` at its expiry).
+      item('m6', 'inst-a', 'expired', hoursAgo(25), hoursAgo(1)),
+      // Past the window: history, not counted (a count of all history took seconds).
+      item('m7', 'inst-a', 'sent', hoursAgo(50), hoursAgo(26)),
     ]);
     await db('events').insert([
       { id: 'evt-1', instance_id: 'inst-a', type: 'message.sent', body: '{}' },
-      { id: 'evt-old-1', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: dayAgo },
-      { id: 'evt-old-2', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: dayAgo },
+      { id: 'evt-28h', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(28) },
+      { id: 'evt-old-1', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(8 * 24) },
+      { id: 'evt-old-2', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(8 * 24) },
     ]);
     await db('deliveries').insert([
       { event_id: 'evt-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 },
+      { event_id: 'evt-28h', instance_id: 'inst-a', status: 'exhausted', attempts: 8 }, // the default schedule's last attempt
       { event_id: 'evt-old-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 }, // finished long ago
       { event_id: 'evt-old-2', instance_id: 'inst-a', status: 'retrying', attempts: 7 }, // still open: counted
     ]);
@@ -76,7 +80,8 @@ describe('metrics', () => {
     assert.equal(sample(text, 'switchboard_send_items', { status: 'failed', instance_state: 'reconnecting' }), 1);
     assert.equal(sample(text, 'switchboard_sessions', { state: 'connected' }), 1);
     assert.equal(sample(text, 'switchboard_sessions', { state: 'reconnecting' }), 1);
-    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }), 1);
+    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }), 2);
+    assert.equal(sample(text, 'switchboard_send_items', { status: 'expired', instance_state: 'connected' }), 1);
     assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'retrying' }), 1);
     assert.equal(sample(text, 'switchboard_media_stored_bytes', { direction: 'inbound' }), 1234);
   });
