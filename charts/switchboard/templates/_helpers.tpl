@@ -135,5 +135,5 @@ gateway or the dispatcher reads (the rate limit, the retry schedule) then restar
 session pods, one per instance, whose restarts reconnect every WhatsApp account at once. */}}
 {{- define "switchboard.sessionConfigRevision" -}}
 {{- $rendered := include (print .Template.BasePath "/config.yaml") . -}}
-{{- regexFindAll "(?m)^  (PUBLIC_BASE_URL|NETWORK_DRIVER|LOG_LEVEL|MEDIA_LINK_TTL_SECONDS|PAIRING_TIMEOUT_MS|NATS_STREAM_REPLICAS|DATABASE_URL|NATS_URL|ENCRYPTION_KEY): .*$" $rendered -1 | join "\n" | sha256sum -}}
+{{- regexFindAll "(?m)^  (PUBLIC_BASE_URL|NETWORK_DRIVER|LOG_LEVEL|MEDIA_LINK_TTL_SECONDS|PAIRING_TIMEOUT_MS|DATABASE_URL|NATS_URL|ENCRYPTION_KEY): .*$" $rendered -1 | join "\n" | sha256sum -}}
 {{- end -}}

@@ -91,7 +91,7 @@ describe('NATS_STREAM_REPLICAS on a NATS cluster', function () {
     await cluster.restart(leader!);
   });
 
-  it('moves existing streams and the media bucket to the configured count', async () => {
+  it('moves existing streams and the media bucket to the configured count, and never back down', async () => {
     const namespace = testNamespace();
     const crypto = new Crypto(randomBytes(32));
     await (await openBus(namespace, 1)).close();
@@ -102,6 +102,10 @@ describe('NATS_STREAM_REPLICAS on a NATS cluster', function () {
     const media = await NatsMediaStore.open({ natsUrl: cluster.urls.join(','), namespace, crypto, replicas: 3 });
     closers.push(() => media.close());
     for (const stream of streams) assert.equal((await peersOf(stream)).replicas, 3, stream);
+    // A process started with a lower value (a one-off job, a pod without the setting) takes none away.
+    await (await openBus(namespace, 1)).close();
+    await (await NatsMediaStore.open({ natsUrl: cluster.urls.join(','), namespace, crypto })).close();
+    for (const stream of streams) assert.equal((await peersOf(stream)).replicas, 3, `${stream} kept`);
   });
 
   it('refuses more replicas than there are servers, naming NATS_STREAM_REPLICAS', async () => {
@@ -111,6 +115,15 @@ describe('NATS_STREAM_REPLICAS on a NATS cluster', function () {
     try {
       await assert.rejects(JetStreamBus.open({ natsUrl: NATS_URL, namespace: single, log, replicas: 3 }), refusal);
       await assert.rejects(NatsMediaStore.open({ natsUrl: NATS_URL, namespace: single, crypto: new Crypto(randomBytes(32)), replicas: 3 }), refusal);
+      // Streams a deployment made with one replica: a single server would take the change and keep one copy.
+      await (await JetStreamBus.open({ natsUrl: NATS_URL, namespace: single, log })).close();
+      await assert.rejects(JetStreamBus.open({ natsUrl: NATS_URL, namespace: single, log, replicas: 3 }), /not part of one/);
+      const sharedNc = await connect({ servers: NATS_URL });
+      try {
+        assert.equal((await (await jetstreamManager(sharedNc)).streams.info(`${single.toUpperCase()}_COMMANDS`)).config.num_replicas, 1, 'left as it was');
+      } finally {
+        await sharedNc.close();
+      }
     } finally {
       await deleteNamespaceStreams(NATS_URL, single);
     }

@@ -46,7 +46,7 @@ import { JetStreamPublisher } from './jetstream-publisher.ts';
 import { tracedConsumer, tracedPublish, tracedServe } from '../telemetry/bus.ts';
 import { withTraceHeaders } from '../telemetry/spans.ts';
 import { fromNatsHeaders, toNatsHeaders } from './nats-headers.ts';
-import { explainReplicasRefusal } from './stream-replicas.ts';
+import { assertCanReplicate, explainReplicasRefusal, replicasToKeep } from './stream-replicas.ts';
 import { natsServers } from './nats-servers.ts';
 
 export interface JetStreamBusOptions {
@@ -108,9 +108,10 @@ export class JetStreamBus implements Bus {
       reconnectTimeWait: 500,
     });
     try {
+      const replicas = opts.replicas ?? 1;
+      assertCanReplicate(nc, replicas);
       const bus = new JetStreamBus(nc, jetstream(nc), await jetstreamManager(nc), opts);
-      await bus.ensureStream('commands').catch((err) => Promise.reject(explainReplicasRefusal(err, opts.replicas ?? 1)));
-      await bus.ensureStream('events');
+      for (const stream of ['commands', 'events'] as const) await bus.ensureStream(stream).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
       bus.watchConnection();
       return bus;
     } catch (err) {
@@ -263,12 +264,15 @@ export class JetStreamBus implements Bus {
     try {
       const info = await this.jsm.streams.info(wanted.name);
       const c = info.config;
+      const configured = this.opts.replicas ?? 1;
+      const replicas = replicasToKeep(c.num_replicas, configured);
+      if (replicas > configured) this.opts.log.warn({ stream: wanted.name, replicas, configured }, 'bus: the stream has more replicas than NATS_STREAM_REPLICAS; kept (lower them with the nats CLI)');
       const differs =
         c.subjects.join(',') !== wanted.subjects.join(',') ||
         c.max_age !== wanted.max_age ||
         c.duplicate_window !== wanted.duplicate_window ||
-        c.num_replicas !== wanted.num_replicas; // NATS moves a stream to more servers or fewer in place
-      if (differs) await this.jsm.streams.update(wanted.name, { ...c, ...wanted });
+        c.num_replicas !== replicas; // NATS moves a stream to more servers in place
+      if (differs) await this.jsm.streams.update(wanted.name, { ...c, ...wanted, num_replicas: replicas });
     } catch (err) {
       if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
       // Adding an identical stream is idempotent, so a concurrent creator is harmless.

@@ -8,7 +8,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { Objm, setSha256Backend, type ObjectStore } from '@nats-io/obj';
 import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
 import { natsServers } from '../bus/nats-servers.ts';
-import { explainReplicasRefusal } from '../bus/stream-replicas.ts';
+import { assertCanReplicate, explainReplicasRefusal, replicasToKeep } from '../bus/stream-replicas.ts';
 import type { Crypto } from '../crypto.ts';
 import { MediaCipher } from './encryption.ts';
 import { collectStream, inChunks, isSafeMediaId } from './stream-util.ts';
@@ -40,7 +40,8 @@ export interface NatsMediaStoreOptions {
  * MEDIA_RETENTION_MS was raised (or by a session process, which has the default) would delete
  * media the records still list. Only ever raised: the media retention sweep deletes by age, the
  * TTL is its backstop, and processes that disagree (sessions do not get MEDIA_RETENTION_MS) must
- * not lower it. Its replicas: NATS_STREAM_REPLICAS raised for a cluster applies to the media too.
+ * not lower it. Its replicas: NATS_STREAM_REPLICAS raised for a cluster applies to the media too
+ * (only raised, as for the bus's streams: bus/stream-replicas.ts).
  */
 async function keepBucketSettings(nc: NatsConnection, bucketName: string, opts: { ttlMs?: number; replicas: number }): Promise<void> {
   const jsm = await jetstreamManager(nc);
@@ -48,7 +49,7 @@ async function keepBucketSettings(nc: NatsConnection, bucketName: string, opts: 
   const { config } = await jsm.streams.info(stream);
   const wanted = { ...config };
   if (opts.ttlMs !== undefined && config.max_age !== 0 && config.max_age < nanos(opts.ttlMs)) wanted.max_age = nanos(opts.ttlMs);
-  wanted.num_replicas = opts.replicas;
+  wanted.num_replicas = replicasToKeep(config.num_replicas, opts.replicas);
   if (wanted.max_age !== config.max_age || wanted.num_replicas !== config.num_replicas) await jsm.streams.update(stream, wanted);
 }
 
@@ -74,6 +75,7 @@ export class NatsMediaStore implements MediaStore {
     const nc = opts.nc ?? (await connect({ servers: natsServers(opts.natsUrl!), name: 'switchboard-media' }));
     try {
       const replicas = opts.replicas ?? 1;
+      assertCanReplicate(nc, replicas);
       const bucket = await new Objm(nc).create(natsMediaBucketName(opts.namespace), {
         description: 'Switchboard media (encrypted)',
         ttl: nanos(opts.ttlMs ?? DEFAULT_MEDIA_TTL_MS),
