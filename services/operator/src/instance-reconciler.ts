@@ -49,6 +49,13 @@ export interface InstanceReconcilerDeps {
  *  crash-looping, or failing its readiness probe); `running`: that pod, Ready; `foreign`: a pod
  *  with the session pod's name that the operator did not make for this Instance. */
 type PodState = 'absent' | 'terminating' | 'starting' | 'running' | 'outdated' | 'foreign';
+/** What podState saw besides the state: why the pod is not Ready (undefined: it is), and for an
+ *  outdated pod whether it ended (Failed, Succeeded) and will never be again. */
+interface PodSeen {
+  state: PodState;
+  notReady?: string;
+  ended?: boolean;
+}
 
 export class InstanceReconciler {
   /** When this operator first saw each session pod terminating, on its own monotonic clock (the
@@ -90,7 +97,7 @@ export class InstanceReconciler {
     if (row === 'overtaken') return this.d.pollMs ?? 1000;
     const secretNameTaken = !(await this.ensureTokenSecret(instance));
 
-    const observed = await this.podState(instance);
+    const observed: PodSeen = await this.podState(instance);
     let pod = observed.state;
     let waiting = false;
     if (resetPending(instance)) {
@@ -116,7 +123,8 @@ export class InstanceReconciler {
     if (wantRunning && pod === 'absent') {
       pod = await this.startPod(instance);
     } else if (wantRunning && pod === 'outdated') {
-      waitingForRollout = this.d.rollout?.tryReplace(name) === false;
+      const serving = observed.ended ? 'ended' : observed.notReady === undefined ? 'up' : 'down';
+      waitingForRollout = this.d.rollout?.tryReplace(name, serving) === false;
       if (!waitingForRollout) {
         await this.stopPod(instance, pod);
         waiting = true;
@@ -131,7 +139,7 @@ export class InstanceReconciler {
     }
 
     const fresh = (await this.d.store.find(name)) ?? row;
-    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, { notReady: observed.notReady, secretNameTaken }));
+    await this.writeStatus(instance, this.statusFor(instance, status, fresh, pod, waiting, { notReady: observed.notReady, secretNameTaken, waitingForRollout }));
     if (waiting) return this.d.pollMs ?? 1000;
     if ((wantRunning && pod === 'foreign') || secretNameTaken) return this.d.nameTakenPollMs ?? 30_000;
     if (waitingForRollout) return this.d.rolloutPollMs ?? 60_000;
@@ -257,7 +265,7 @@ export class InstanceReconciler {
 
   /** The session pod's state, and why a `starting` one is not Ready; a pod stuck terminating (see
    *  isStuck) is removed first. */
-  private async podState(instance: Instance): Promise<{ state: PodState; notReady?: string }> {
+  private async podState(instance: Instance): Promise<PodSeen> {
     const pod = await this.readPod(instance);
     if (!pod?.metadata?.deletionTimestamp) this.terminatingSince.delete(sessionPodName(instance.metadata.name));
     if (!pod) return { state: 'absent' };
@@ -265,8 +273,8 @@ export class InstanceReconciler {
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
-    if (finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted) return { state: 'outdated' };
-    const notReady = whyNotReady(pod);
+    const notReady = finished ? `it ended (${pod.status!.phase}).` : whyNotReady(pod);
+    if (finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted) return { state: 'outdated', notReady, ended: finished };
     return notReady === undefined ? { state: 'running' } : { state: 'starting', notReady };
   }
 
@@ -324,7 +332,7 @@ export class InstanceReconciler {
     await this.replace(next);
   }
 
-  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, seen: { notReady?: string; secretNameTaken: boolean }): InstanceStatus {
+  private statusFor(instance: Instance, base: InstanceStatus, row: InstanceRow, pod: PodState, waiting: boolean, seen: { notReady?: string; secretNameTaken: boolean; waitingForRollout?: boolean }): InstanceStatus {
     const generation = instance.metadata.generation ?? 1;
     const paused = Boolean(instance.spec.paused);
     const resetting = resetPending(instance) && base.lastResetAt !== instance.spec.resetRequestedAt;
@@ -337,6 +345,13 @@ export class InstanceReconciler {
     else if (waiting) ready = { status: 'False', reason: 'Restarting', message: 'Waiting for the previous session pod to terminate.' };
     else if (pod === 'foreign') ready = { status: 'False', reason: POD_NAME_TAKEN, message: `Pod ${sessionPodName(instance.metadata.name)} exists but was not made by the operator for this Instance; delete or rename it and the session starts.` };
     else if (pod === 'running') ready = { status: 'True', reason: 'SessionRunning', message: `Session pod ${sessionPodName(instance.metadata.name)} is ready.` };
+    else if (seen.waitingForRollout) {
+      // Still the older template's pod, kept for the rollout budget: it serves if it is Ready.
+      const later = 'it runs an older template and is replaced once fewer session pods are down (SESSION_ROLLOUT_MAX_UNAVAILABLE).';
+      ready = seen.notReady === undefined
+        ? { status: 'True', reason: 'UpdatePending', message: `Session pod ${sessionPodName(instance.metadata.name)} is ready; ${later}` }
+        : { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${seen.notReady} ${later}` };
+    }
     else if (pod === 'absent') ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} does not exist yet; it is created next.` };
     else ready = { status: 'False', reason: 'SessionNotReady', message: `Session pod ${sessionPodName(instance.metadata.name)} is not Ready: ${seen.notReady ?? 'it was just created.'}` };
     const connected = state === 'connected'

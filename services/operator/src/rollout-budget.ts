@@ -29,11 +29,20 @@ export class RolloutBudget {
 
   constructor(private readonly o: RolloutBudgetOptions) {}
 
-  /** True (and counted) when the instance's outdated pod may be stopped now. A pod that is down
-   *  already (failed, not Ready) may always be: replacing it takes nothing more down. */
-  tryReplace(id: string): boolean {
-    const down = this.currentlyDown();
-    if (!down.has(id) && down.size >= this.limit()) {
+  /**
+   * True (and counted) when the instance's outdated pod may be stopped now. `up`: it serves, and
+   * goes only while fewer than the limit are down (replacements included). `down` (not Ready): its
+   * replacement takes nothing more down, but such replacements still go the limit at a time — a
+   * database or NATS restart makes every pod not Ready for a while, and replacing them all at
+   * once would put a broken new version on every instance. `ended` (Failed): it never comes back,
+   * so it always goes.
+   */
+  tryReplace(id: string, pod: 'up' | 'down' | 'ended'): boolean {
+    const limit = this.limit();
+    // One counted already (its new pod was not seen Ready before the next template came) goes on.
+    const counted = this.replacing.has(id);
+    const room = counted || pod === 'ended' || (pod === 'down' ? this.replacing.size < limit : this.currentlyDown().size < limit);
+    if (!room) {
       this.waiting.add(id);
       return false;
     }

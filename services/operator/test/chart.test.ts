@@ -392,6 +392,17 @@ describe('chart, CRDs and examples', function () {
     assert.equal(operatorEnv([]).find((e) => e.name === 'SESSION_ROLLOUT_MAX_UNAVAILABLE')?.value, '10%');
     assert.equal(operatorEnv(['session.rolloutMaxUnavailable=5']).find((e) => e.name === 'SESSION_ROLLOUT_MAX_UNAVAILABLE')?.value, '5');
     assert.throws(() => template([...REQUIRED, 'session.rolloutMaxUnavailable=0']), /rolloutMaxUnavailable/);
+    assert.throws(() => template([...REQUIRED, 'session.rolloutMaxUnavailable=1000000']), /rolloutMaxUnavailable/, 'more than the operator reads');
+    const valuesDir = mkdtempSync(join(tmpdir(), 'sb-values-'));
+    try {
+      writeFileSync(join(valuesDir, 'values.yaml'), 'session:\n  rolloutMaxUnavailable: 250000\n');
+      const fromFile = find(template(REQUIRED, ['-f', join(valuesDir, 'values.yaml')]), 'Deployment', 'sb-switchboard-operator')!.spec.template.spec.containers[0].env as Obj[];
+      const value = fromFile.find((e) => e.name === 'SESSION_ROLLOUT_MAX_UNAVAILABLE')?.value;
+      assert.equal(value, '250000', 'a number from a values file, written as the operator reads it');
+      assert.deepEqual(loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_ROLLOUT_MAX_UNAVAILABLE: value }).rolloutMaxUnavailable, { count: 250000 });
+    } finally {
+      rmSync(valuesDir, { recursive: true, force: true });
+    }
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"tolerations":{}}' }), /tolerations must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":{}}' }), /extraEnv must be a list/);
     assert.throws(() => loadOperatorConfig({ KUBERNETES_NAMESPACE: 'n', SESSION_IMAGE: 'x', SESSION_POD_TEMPLATE: '{"extraEnv":[{"value":"x"}]}' }), /extraEnv entry must be an object with a name/);

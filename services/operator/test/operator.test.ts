@@ -658,7 +658,14 @@ describe('operator: a new session template rolls out a few pods at a time', func
       await eventually(() => assert.equal(replaced().length, 2, 'two replaced'));
       await new Promise((r) => setTimeout(r, 400));
       assert.equal(replaced().length, 2, 'no more while those two are not Ready');
-      assert.equal(ids.filter((id) => hash(id) === 'older-template' && ready(pod(id))).length, 4, 'the others keep serving');
+      const kept = ids.filter((id) => hash(id) === 'older-template' && ready(pod(id)));
+      assert.equal(kept.length, 4, 'the others keep serving');
+      // And say so: Ready, an update pending.
+      await eventually(() => {
+        const readyCondition = fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, kept[0])?.status?.conditions?.find((c: { type: string }) => c.type === 'Ready');
+        assert.deepEqual([readyCondition?.status, readyCondition?.reason], ['True', 'UpdatePending']);
+        assert.match(readyCondition.message, /older template .*SESSION_ROLLOUT_MAX_UNAVAILABLE/);
+      });
 
       // Each new pod that becomes Ready lets one more go.
       const markReady = (id: string) => fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName(id), (p) => (p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }));
@@ -674,6 +681,26 @@ describe('operator: a new session template rolls out a few pods at a time', func
       fake.podsReadyAtOnce = true;
     }
     assert.ok(mostDown <= 2, `at most two down at any time (saw ${mostDown})`);
+
+    // Every pod outdated and not Ready at once (the database or NATS restarting with an upgrade):
+    // replacing one not Ready takes nothing down, but they still go two at a time, so a broken
+    // new version does not reach every instance.
+    const now = new Map(ids.map((id) => [id, hash(id)]));
+    fake.podsReadyAtOnce = false;
+    try {
+      for (const id of ids) {
+        fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName(id), (p) => {
+          p.metadata.annotations['switchboard.dev/template-hash'] = 'older-template';
+          p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }] };
+        });
+      }
+      const renewed = () => ids.filter((id) => hash(id) === now.get(id));
+      await eventually(() => assert.equal(renewed().length, 2, 'two replaced'));
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(renewed().length, 2, 'no more while the new ones are not Ready');
+    } finally {
+      fake.podsReadyAtOnce = true;
+    }
   });
 });
 
