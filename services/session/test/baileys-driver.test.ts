@@ -487,6 +487,16 @@ describe('baileys driver: connection', () => {
     assert.equal(r.network.sockets.length, 3, 'no further socket');
     await assert.rejects(r.driver.requestPairingCode('5511988887777'), (err: unknown) => err instanceof Problem && err.code === 'not_pairing');
 
+    // Sockets of the pairing that end for another reason (a proxy cutting idle connections) end it too.
+    const cut = rig({ pairingTimeoutMs: 300 });
+    await cut.driver.connect();
+    await until(() => cut.network.sockets.length === 1, 'socket');
+    cut.sock().showQr();
+    await settled(320);
+    await cut.sock().drop(DisconnectReason.connectionLost);
+    await until(() => cut.listener.state === 'logged_out', 'given up on a socket cut');
+    assert.deepEqual(cut.listener.states.at(-1), { state: 'logged_out', reason: 'pairing_timeout' });
+
     // Without a limit the sockets go on.
     const forever = rig();
     await forever.driver.connect();

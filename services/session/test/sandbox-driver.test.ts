@@ -77,16 +77,16 @@ describe('sandbox driver rules', () => {
     const own = new RecordingListener();
     const timed = new SandboxDriver(
       { instanceId: 'inst-rules', auth: new MemoryAuthStore(), listener: own, isOwnSend: async () => false, settings: () => settings },
-      { db, receiptDelayMs: 5, qrRefreshMs: 30, pairingTimeoutMs: 1000 },
+      { db, receiptDelayMs: 5, qrRefreshMs: 30, pairingTimeoutMs: 3000 },
     );
     const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     try {
       await timed.connect();
-      await pause(700);
+      await pause(1500);
       await timed.requestPairingCode('5511933334444');
-      await pause(700); // 1.4 s since the first QR, 0.7 s since the code
+      await pause(2000); // 3.5 s since the first QR, 2 s since the code
       assert.equal(own.state, 'awaiting_scan', 'the code started the time again');
-      await until(() => own.state === 'logged_out', 'given up');
+      await until(() => own.state === 'logged_out', 'given up', 5000);
       assert.deepEqual(own.states.at(-1), { state: 'logged_out', reason: 'pairing_timeout' });
       const shown = own.states.length;
       await pause(100);

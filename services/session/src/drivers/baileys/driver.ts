@@ -65,7 +65,8 @@ export interface BaileysDriverOptions {
   /** How long a socket's pairing refs last (QR_REFS_BUDGET_MS); tests shorten it. */
   qrRefsBudgetMs?: number;
   /** How long an unpaired session opens sockets for QR codes before it stops, `logged_out` with
-   *  reason PAIRING_TIMEOUT (undefined or 0: for ever). Checked when a socket's QR codes run out. */
+   *  reason PAIRING_TIMEOUT (undefined or 0: for ever). Checked when a socket of the pairing ends
+   *  (its QR codes run out about every 160 s), so it stops at most that much later. */
   pairingTimeoutMs?: number;
   /** How long a logout of a linked session between connections waits for one (UNLINK_CONNECT_WAIT_MS). */
   unlinkConnectWaitMs?: number;
@@ -249,6 +250,7 @@ export class BaileysDriver implements NetworkDriver {
     if (!this.running) throw problems.conflict('not_pairing', 'The session is not waiting for a pairing.');
     // Kept credentials of a linked phone: the socket logs in with them and never shows a QR.
     if (this.creds && hasLinkedAccount(this.creds)) throw problems.linkedAlready();
+    this.pairingSince = Date.now(); // somebody is pairing now: a socket ending meanwhile is not the end of it
     const readyTimeout = this.opts.pairingReadyTimeoutMs ?? 20_000;
     const budget = this.opts.qrRefsBudgetMs ?? QR_REFS_BUDGET_MS;
     let sock = await this.waitUntilReady(readyTimeout);
@@ -502,7 +504,8 @@ export class BaileysDriver implements NetworkDriver {
         await this.openSocket().catch((error) => this.reopenFailed(error));
         return;
       case 'reconnect':
-        if (action.reason === 'qr_expired' && this.pairingOverdue()) return this.endUnfinishedPairing();
+        // Unpaired: whatever ended the socket (its QR codes ran out, a proxy cut it), not another one.
+        if (this.pairingOverdue()) return this.endUnfinishedPairing();
         await this.report('reconnecting', { reason: action.reason });
         this.scheduleReconnect();
         return;
