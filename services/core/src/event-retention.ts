@@ -7,7 +7,7 @@ import type { Knex } from 'knex';
 import type { Db } from './db/connect.ts';
 import { DELIVERY_STATUSES, OPEN_DELIVERY_STATUSES } from './deliveries.ts';
 import type { Logger } from './logger.ts';
-import { startPeriodicJob, type PeriodicJob } from './periodic-job.ts';
+import { inBatches, startPeriodicJob, type PeriodicJob } from './periodic-job.ts';
 
 export interface EventRetentionOptions {
   db: Db;
@@ -34,16 +34,8 @@ export function startEventRetention(opts: EventRetentionOptions): PeriodicJob<nu
 }
 
 async function sweep(opts: EventRetentionOptions): Promise<number> {
-  const batchSize = opts.batchSize ?? 500;
   const cutoff = new Date(Date.now() - opts.maxAgeMs);
-  let deleted = 0;
-  for (;;) {
-    const count = await deleteFinishedEvents(opts.db, cutoff, batchSize);
-    deleted += count;
-    if (count < batchSize) break;
-    // PGlite runs each statement on the event loop: requests get their turn between batches.
-    await new Promise((resolve) => setImmediate(resolve));
-  }
+  const deleted = await inBatches((size) => deleteFinishedEvents(opts.db, cutoff, size), opts.batchSize ?? 500);
   if (deleted) opts.log.info({ deleted }, 'event retention removed old events');
   return deleted;
 }

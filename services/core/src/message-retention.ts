@@ -4,21 +4,12 @@
 // 023). Queued and sending items are never touched. Without it every message text, number and
 // name stayed in the database for good, and with them the tables every listing and count reads.
 import type { Knex } from 'knex';
-import type { Db } from './db/connect.ts';
-import type { Logger } from './logger.ts';
-import { startPeriodicJob, type PeriodicJob } from './periodic-job.ts';
+import type { EventRetentionOptions } from './event-retention.ts';
+import { inBatches, startPeriodicJob, type PeriodicJob } from './periodic-job.ts';
 
-export interface MessageRetentionOptions {
-  db: Db;
-  /** 0: keep every message. */
-  maxAgeMs: number;
-  log: Pick<Logger, 'info' | 'error'>;
-  /** Default hourly, the first two minutes after the start (after the event retention's). */
-  intervalMs?: number;
-  firstRunAfterMs?: number;
-  /** Rows deleted per statement. */
-  batchSize?: number;
-}
+/** As the event retention's; `maxAgeMs` 0 keeps every message, and the first run comes two
+ *  minutes after the start (after the event retention's). */
+export type MessageRetentionOptions = EventRetentionOptions;
 
 /** Send item statuses no later write changes (only receipts of a sent message, within days). */
 const SETTLED_SEND_STATUSES = ['sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'];
@@ -40,18 +31,10 @@ export function startMessageRetention(opts: MessageRetentionOptions): PeriodicJo
 
 async function sweep(opts: MessageRetentionOptions): Promise<number> {
   if (!opts.maxAgeMs) return 0;
-  const batchSize = opts.batchSize ?? 500;
   const cutoff = new Date(Date.now() - opts.maxAgeMs);
-  let deleted = 0;
-  for (const deleteBatch of [deleteOldSends, deleteOldReceived]) {
-    for (;;) {
-      const count = await deleteBatch(opts.db, cutoff, batchSize);
-      deleted += count;
-      if (count < batchSize) break;
-      // PGlite runs each statement on the event loop: requests get their turn between batches.
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-  }
+  const batchSize = opts.batchSize ?? 500;
+  const deleted =
+    (await inBatches((size) => deleteOldSends(opts.db, cutoff, size), batchSize)) + (await inBatches((size) => deleteOldReceived(opts.db, cutoff, size), batchSize));
   if (deleted) opts.log.info({ deleted }, 'message retention removed old messages');
   return deleted;
 }

@@ -39,3 +39,16 @@ export function startPeriodicJob<T>(work: () => Promise<T>, opts: PeriodicJobOpt
     },
   };
 }
+
+/** Runs `batch` (which deletes at most `size` rows and says how many) until one comes back short;
+ *  resolves with the total. PGlite runs each statement on the event loop: requests get their turn
+ *  between batches. */
+export async function inBatches(batch: (size: number) => Promise<number>, size: number): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const count = await batch(size);
+    total += count;
+    if (count < size) return total;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}

@@ -5,7 +5,6 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
@@ -15,6 +14,7 @@ import { Crypto } from '../src/crypto.ts';
 import { JetStreamBus } from '../src/bus/index.ts';
 import { NatsMediaStore, natsMediaBucketName } from '../src/media/nats-store.ts';
 import { NATS_URL, deleteNamespaceStreams, testNamespace } from '../../../test/support/services.ts';
+import { freePort } from '../../../test/support/server.ts';
 import { waitFor } from './bus-contract.ts';
 
 const log = createLogger({ level: 'silent' });
@@ -196,15 +196,4 @@ class NatsCluster {
       await nc?.close();
     }
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
 }
