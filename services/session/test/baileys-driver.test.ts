@@ -497,6 +497,20 @@ describe('baileys driver: connection', () => {
     await until(() => cut.listener.state === 'logged_out', 'given up on a socket cut');
     assert.deepEqual(cut.listener.states.at(-1), { state: 'logged_out', reason: 'pairing_timeout' });
 
+    // A scan that came just in time: the login that follows is never given up, whatever ends its socket.
+    const late = rig({ pairingTimeoutMs: 300 });
+    await late.driver.connect();
+    await until(() => late.network.sockets.length === 1, 'socket');
+    late.sock().showQr();
+    await settled(320);
+    late.sock().completePairing(MY_PHONE, MY_LID);
+    await until(() => late.network.sockets.length === 2, 'restart after pairing');
+    await late.sock().drop(DisconnectReason.connectionLost);
+    await until(() => late.network.sockets.length === 3, 'reconnects with the new pairing');
+    late.sock().open();
+    await until(() => late.listener.state === 'connected', 'connected');
+    assert.ok(!late.listener.states.some((st) => st.state === 'logged_out'));
+
     // Without a limit the sockets go on.
     const forever = rig();
     await forever.driver.connect();

@@ -270,9 +270,12 @@ export class BaileysDriver implements NetworkDriver {
     return { code: code.length === 8 ? `${code.slice(0, 4)}-${code.slice(4)}` : code, expiresAt };
   }
 
+  /** Unpaired past the time. A pairing that succeeded (the scan came, the login is under way)
+   *  is never given up, however late. */
   private pairingOverdue(): boolean {
     const timeoutMs = this.opts.pairingTimeoutMs;
-    return Boolean(timeoutMs) && this.pairingSince !== null && Date.now() - this.pairingSince >= timeoutMs!;
+    if (!timeoutMs || this.pairingSince === null || (this.creds && hasLinkedAccount(this.creds))) return false;
+    return Date.now() - this.pairingSince >= timeoutMs;
   }
 
   /** Nobody scanned a QR or typed a code in time: each further socket would be one more
