@@ -119,6 +119,9 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: read.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),
     instanceId: read.optional('INSTANCE_ID', (v) => (/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/.test(v) ? v : 'must be an instance id')),
   };
+  // Received messages are the record that a message was taken (a redelivery is dropped by it), and
+  // sends the record a late echo or receipt is matched to: kept a day at least.
+  if (config.messageRetentionMs > 0 && config.messageRetentionMs < 86_400_000) problems.push('MESSAGE_RETENTION_MS: must be 0 (kept) or at least 86400000 (a day)');
   // A queued media send needs its file until the send expires (and the hour between two sweeps).
   config.mediaRetentionMs = Math.max(config.mediaRetentionMs, config.sendExpiryMs + 3_600_000);
   if (problems.length) throw new ConfigError(problems);

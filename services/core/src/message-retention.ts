@@ -40,37 +40,66 @@ async function sweep(opts: MessageRetentionOptions): Promise<number> {
 }
 
 /** Sends whose queue time ended before `cutoff` (accepted a day before that, by default) and whose
- *  outcome is known; through the (status, expires_at) index. Of two sweeps that pick the same rows,
- *  each counts only those its own DELETE removed. */
+ *  outcome is known, up to `limit`: each status's oldest through the (status, expires_at) index,
+ *  in its order (one range for all statuses would read and sort every old row for each batch). */
 export async function deleteOldSends(db: Knex, cutoff: Date, limit: number): Promise<number> {
-  const { rows } = await db.raw(
-    `WITH gone AS (
-       DELETE FROM send_items WHERE id IN (
-         SELECT id FROM send_items WHERE status = ANY (?::text[]) AND expires_at < ? ORDER BY expires_at LIMIT ?)
-       RETURNING instance_id, created_at, type),
-     gone_counted AS (SELECT instance_id, created_at, 'outbound' AS direction, type FROM gone),
-     counted AS (${ADD_COUNTS})
-     SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM counted) AS groups`,
-    [SETTLED_SEND_STATUSES, cutoff, limit],
-  );
-  return Number(rows[0].deleted);
+  return db.transaction(async (trx) => {
+    const candidates: Candidate[] = [];
+    for (const status of SETTLED_SEND_STATUSES) {
+      if (candidates.length >= limit) break;
+      candidates.push(...(await trx('send_items').where({ status }).where('expires_at', '<', cutoff).orderBy('expires_at').limit(limit - candidates.length).select('id', 'instance_id')));
+    }
+    return deleteCounting(trx, 'send_items', candidates);
+  });
 }
 
-/** Received messages from before `cutoff`, through each instance's (instance_id, created_at)
- *  index. Counted as the statistics count them: what the phone itself sent is outbound, the echo
- *  of an API send is not counted again (its send is). */
+/** Received messages from before `cutoff`, up to `limit`, through each instance's
+ *  (instance_id, created_at) index. */
 export async function deleteOldReceived(db: Knex, cutoff: Date, limit: number): Promise<number> {
-  const { rows } = await db.raw(
-    `WITH old AS (
-       SELECT o.id FROM instances i CROSS JOIN LATERAL (
+  return db.transaction(async (trx) => {
+    const { rows } = await trx.raw(
+      `SELECT o.id, i.id AS instance_id FROM instances i CROSS JOIN LATERAL (
          SELECT id FROM incoming WHERE instance_id = i.id AND created_at < ? ORDER BY created_at LIMIT ?) o
-       LIMIT ?),
-     gone AS (DELETE FROM incoming WHERE id IN (SELECT id FROM old) RETURNING instance_id, created_at, type, from_me, from_api),
-     gone_counted AS (
-       SELECT instance_id, created_at, CASE WHEN from_me THEN 'outbound' ELSE 'inbound' END AS direction, type FROM gone WHERE NOT from_api),
+       LIMIT ?`,
+      [cutoff, limit, limit],
+    );
+    return deleteCounting(trx, 'incoming', rows as Candidate[]);
+  });
+}
+
+interface Candidate {
+  id: string;
+  instance_id: string;
+}
+
+/** How the statistics count each table's rows: a send is outbound; of received messages, what the
+ *  phone itself sent is outbound, and the echo of an API send is not counted again (its send is). */
+const COUNTED_AS = {
+  send_items: { returning: 'instance_id, created_at, type', rows: `SELECT instance_id, created_at, 'outbound' AS direction, type FROM gone` },
+  incoming: {
+    returning: 'instance_id, created_at, type, from_me, from_api',
+    rows: `SELECT instance_id, created_at, CASE WHEN from_me THEN 'outbound' ELSE 'inbound' END AS direction, type FROM gone WHERE NOT from_api`,
+  },
+};
+
+/**
+ * Deletes the candidates and adds what it deleted to message_counts, in one statement. Their
+ * instances are locked first (KEY SHARE, in id order): an instance's delete locks its row and then
+ * cascades into these rows, while the counts' foreign key check needs that row — taken the other
+ * way round, the two deadlocked and the instance's delete failed. Of two sweeps that pick the same
+ * rows, each counts only those its own DELETE removed.
+ */
+async function deleteCounting(trx: Knex.Transaction, table: keyof typeof COUNTED_AS, candidates: Candidate[]): Promise<number> {
+  if (!candidates.length) return 0;
+  const instances = [...new Set(candidates.map((c) => c.instance_id))].sort();
+  await trx('instances').whereIn('id', instances).orderBy('id').forKeyShare().select('id');
+  const { returning, rows: counted } = COUNTED_AS[table];
+  const { rows } = await trx.raw(
+    `WITH gone AS (DELETE FROM ${table} WHERE id = ANY (?::text[]) RETURNING ${returning}),
+     gone_counted AS (${counted}),
      counted AS (${ADD_COUNTS})
      SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM counted) AS groups`,
-    [cutoff, limit, limit],
+    [candidates.map((c) => c.id)],
   );
   return Number(rows[0].deleted);
 }

@@ -54,7 +54,9 @@ export interface Metrics {
 /** Instance states (DESIGN §5); gauges report each, zero included, so series never vanish. */
 const INSTANCE_STATES = ['stopped', 'starting', 'awaiting_scan', 'connected', 'reconnecting', 'logged_out'];
 const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'filtered', 'no_destination', 'cancelled'];
-const OPEN_DELIVERY_STATUSES = ['pending', 'retrying'];
+/** Counted whole, through the (status, next_attempt_at) index: the open ones, and the exhausted
+ *  ones (few; kept EVENT_RETENTION_MS, and a human acts on each). */
+const WHOLE_DELIVERY_STATUSES = ['pending', 'retrying', 'exhausted'];
 /** Send item statuses (DESIGN §5), named in the query so it walks the (status, expires_at) index. */
 const SEND_ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'];
 /** Send items are counted while their queue expiry is at most this far past, not for all history:
@@ -63,9 +65,9 @@ const SEND_ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'p
  *  scrape (the queue depth among them). An item turns `expired` at its expiry, so it is counted
  *  for a day after that; outcomes, for about two days after acceptance. */
 const RECENT_SEND_ITEMS_MS = 24 * 3_600_000;
-/** Finished deliveries are counted for the events of the last week: an event's last attempt
- *  comes about 28 h after it on the default schedule, so `exhausted` ones are in it. */
-const RECENT_DELIVERIES_MS = 7 * 24 * 3_600_000;
+/** The other finished deliveries (delivered, filtered, …, the many) are counted for the events of
+ *  the last day. */
+const RECENT_DELIVERIES_MS = 24 * 3_600_000;
 
 const EVENT_LOOP_SAMPLE_MS = 100;
 
@@ -223,7 +225,7 @@ function registerDatabaseGauges(registry: Registry, db: Knex, refreshMs: number)
   });
   new Gauge({
     name: 'switchboard_webhook_deliveries',
-    help: 'Webhook deliveries by status: pending and retrying ones all, finished ones of the events of the last 7 days (exhausted: all attempts failed)',
+    help: 'Webhook deliveries by status: pending, retrying and exhausted (all attempts failed) ones all, the other finished ones of the events of the last day',
     labelNames: ['status'] as const,
     registers,
     async collect() {
@@ -259,14 +261,14 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
     .groupBy('s.status', 'i.state')
     .select('s.status as status', 'i.state as state', db.raw('count(*) as count'));
   const sessions = await db('instances').groupBy('state').select('state', db.raw('count(*) as count'));
-  const open = await db('deliveries').whereIn('status', OPEN_DELIVERY_STATUSES).groupBy('status').select('status', db.raw('count(*) as count'));
+  const whole = await db('deliveries').whereIn('status', WHOLE_DELIVERY_STATUSES).groupBy('status').select('status', db.raw('count(*) as count'));
   const finished = await db('events as e')
     .join('deliveries as d', 'd.event_id', 'e.id')
     .where('e.created_at', '>', new Date(Date.now() - RECENT_DELIVERIES_MS))
-    .whereNotIn('d.status', OPEN_DELIVERY_STATUSES)
+    .whereNotIn('d.status', WHOLE_DELIVERY_STATUSES)
     .groupBy('d.status')
     .select('d.status as status', db.raw('count(*) as count'));
-  const deliveries = [...open, ...finished];
+  const deliveries = [...whole, ...finished];
   const media = await db('media').groupBy('direction').select('direction', db.raw('coalesce(sum(size), 0) as bytes'));
   const now = Date.now();
   return {

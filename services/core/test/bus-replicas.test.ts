@@ -128,6 +128,17 @@ describe('NATS_STREAM_REPLICAS on a NATS cluster', function () {
       await deleteNamespaceStreams(NATS_URL, single);
     }
     await assert.rejects(JetStreamBus.open({ natsUrl: cluster.urls.join(','), namespace: testNamespace(), log, replicas: 5 }), refusal);
+    // A cluster of two (it says it is one): the copies made are counted, an existing stream's too.
+    const pair = await NatsCluster.start(2);
+    try {
+      const namespace = testNamespace();
+      await (await JetStreamBus.open({ natsUrl: pair.urls.join(','), namespace, log })).close();
+      await (await NatsMediaStore.open({ natsUrl: pair.urls.join(','), namespace, crypto: new Crypto(randomBytes(32)) })).close();
+      await assert.rejects(JetStreamBus.open({ natsUrl: pair.urls.join(','), namespace, log, replicas: 3 }), refusal);
+      await assert.rejects(NatsMediaStore.open({ natsUrl: pair.urls.join(','), namespace, crypto: new Crypto(randomBytes(32)), replicas: 3 }), refusal);
+    } finally {
+      await pair.destroy();
+    }
   });
 });
 

@@ -115,12 +115,12 @@ describe('configuration', () => {
 
   it('lists one line per bad variable, naming it', () => {
     try {
-      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x', PAIRING_TIMEOUT_MS: '-1', NATS_STREAM_REPLICAS: '6' });
+      loadConfig({ PORT: 'eighty', NETWORK_DRIVER: 'carrier-pigeon', ENCRYPTION_KEY: 'short', WEBHOOK_RETRY_SCHEDULE: '1,2', TRUST_PROXY: 'maybe', DATABASE_URL: 'mysql://x', PAIRING_TIMEOUT_MS: '-1', NATS_STREAM_REPLICAS: '6', MESSAGE_RETENTION_MS: '3600000' });
       assert.fail('expected a ConfigError');
     } catch (err) {
       assert.ok(err instanceof ConfigError);
       const names = err.problems.map((p) => p.split(':')[0]).sort();
-      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'NATS_STREAM_REPLICAS', 'NETWORK_DRIVER', 'PAIRING_TIMEOUT_MS', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
+      assert.deepEqual(names, ['DATABASE_URL', 'ENCRYPTION_KEY', 'MESSAGE_RETENTION_MS', 'NATS_STREAM_REPLICAS', 'NETWORK_DRIVER', 'PAIRING_TIMEOUT_MS', 'PORT', 'TRUST_PROXY', 'WEBHOOK_RETRY_SCHEDULE']);
     }
   });
 

@@ -79,6 +79,27 @@ describe('message retention (PostgreSQL)', function () {
     assert.ok((await counts()).includes('inst-b outbound text 2'));
   });
 
+  it("waits for an instance's delete instead of deadlocking with its cascade", async () => {
+    await db('instances').insert({ id: 'inst-gone', name: 'gone', token_hash: 'inst-gone', token_sealed: 'x' });
+    await db('send_items').insert(Array.from({ length: 5 }, (_, i) => send(`s-gone-${i}`, 'inst-gone', 'read', 'text', 100)));
+    // The instance's delete, as PostgreSQL runs it: the row locked, then its items deleted by the cascade.
+    const deleting = await db.transaction();
+    try {
+      await deleting('instances').where({ id: 'inst-gone' }).forUpdate().select('id');
+      const sweeping = deleteOldSends(db, ago(30), 100);
+      await new Promise((resolve) => setTimeout(resolve, 300)); // the sweep has picked its rows by now
+      // The sweep waits on the instance, holding none of its items: the cascade goes through.
+      await deleting.raw(`set local lock_timeout = '2s'`);
+      assert.equal(await deleting('send_items').where({ instance_id: 'inst-gone' }).delete(), 5);
+      await deleting('instances').where({ id: 'inst-gone' }).delete();
+      await deleting.commit();
+      assert.equal(await sweeping, 0, 'nothing left to count of the deleted instance');
+    } finally {
+      if (!deleting.isCompleted()) await deleting.rollback();
+    }
+    assert.equal((await db('message_counts').where({ instance_id: 'inst-gone' })).length, 0);
+  });
+
   it('counts a row once when two sweeps take the same rows', async () => {
     await db('send_items').insert(Array.from({ length: 40 }, (_, i) => send(`s-race-${i}`, 'inst-b', 'delivered', 'video', 100)));
     const deleted = await Promise.all([deleteOldSends(db, ago(30), 100), deleteOldSends(db, ago(30), 100), deleteOldSends(db, ago(30), 100)]);

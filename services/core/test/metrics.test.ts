@@ -62,12 +62,14 @@ describe('metrics', () => {
       { id: 'evt-1', instance_id: 'inst-a', type: 'message.sent', body: '{}' },
       { id: 'evt-28h', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(28) },
       { id: 'evt-old-1', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(8 * 24) },
+      { id: 'evt-old-3', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(30) },
       { id: 'evt-old-2', instance_id: 'inst-a', type: 'message.sent', body: '{}', created_at: hoursAgo(8 * 24) },
     ]);
     await db('deliveries').insert([
       { event_id: 'evt-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 },
       { event_id: 'evt-28h', instance_id: 'inst-a', status: 'exhausted', attempts: 8 }, // the default schedule's last attempt
-      { event_id: 'evt-old-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 }, // finished long ago
+      { event_id: 'evt-old-1', instance_id: 'inst-a', status: 'exhausted', attempts: 8 }, // exhausted ones are counted whole
+      { event_id: 'evt-old-3', instance_id: 'inst-a', status: 'delivered', attempts: 1 }, // the many others, for a day
       { event_id: 'evt-old-2', instance_id: 'inst-a', status: 'retrying', attempts: 7 }, // still open: counted
     ]);
     await db('media').insert({ id: 'med-1', instance_id: 'inst-a', direction: 'inbound', mimetype: 'image/png', size: 1234 });
@@ -80,7 +82,8 @@ describe('metrics', () => {
     assert.equal(sample(text, 'switchboard_send_items', { status: 'failed', instance_state: 'reconnecting' }), 1);
     assert.equal(sample(text, 'switchboard_sessions', { state: 'connected' }), 1);
     assert.equal(sample(text, 'switchboard_sessions', { state: 'reconnecting' }), 1);
-    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }), 2);
+    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'exhausted' }), 3);
+    assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'delivered' }), 0);
     assert.equal(sample(text, 'switchboard_send_items', { status: 'expired', instance_state: 'connected' }), 1);
     assert.equal(sample(text, 'switchboard_webhook_deliveries', { status: 'retrying' }), 1);
     assert.equal(sample(text, 'switchboard_media_stored_bytes', { direction: 'inbound' }), 1234);

@@ -18,7 +18,7 @@ import {
   GROUP, INSTANCES, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ORIGIN_API, ORIGIN_LABEL, SESSION_FINALIZER, TEMPLATE_HASH_ANNOTATION, VERSION,
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
-import type { RolloutBudget } from './rollout-budget.ts';
+import type { OutdatedPod, RolloutBudget } from './rollout-budget.ts';
 import { isControlledBy, isMadeFor, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
@@ -123,7 +123,7 @@ export class InstanceReconciler {
     if (wantRunning && pod === 'absent') {
       pod = await this.startPod(instance);
     } else if (wantRunning && pod === 'outdated') {
-      const serving = observed.ended ? 'ended' : observed.notReady === undefined ? 'up' : 'down';
+      const serving: OutdatedPod = observed.ended ? 'ended' : observed.notReady === undefined ? 'up' : 'down';
       waitingForRollout = this.d.rollout?.tryReplace(name, serving) === false;
       if (!waitingForRollout) {
         await this.stopPod(instance, pod);

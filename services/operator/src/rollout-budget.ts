@@ -11,6 +11,9 @@
 
 export type MaxUnavailable = { count: number } | { percent: number };
 
+/** An outdated pod as the budget sees it: serving, down (not Ready), or ended (Failed). */
+export type OutdatedPod = 'up' | 'down' | 'ended';
+
 export interface RolloutBudgetOptions {
   max: MaxUnavailable;
   /** Instances whose session pod is down now (terminating, or not Ready). */
@@ -24,8 +27,8 @@ export interface RolloutBudgetOptions {
 export class RolloutBudget {
   /** Outdated pods stopped by this process whose replacement is not Ready yet. */
   private readonly replacing = new Set<string>();
-  /** Outdated pods kept for want of budget, in the order they asked. */
-  private readonly waiting = new Set<string>();
+  /** Outdated pods kept for want of budget, in the order they asked, with how they were then. */
+  private readonly waiting = new Map<string, OutdatedPod>();
 
   constructor(private readonly o: RolloutBudgetOptions) {}
 
@@ -37,13 +40,10 @@ export class RolloutBudget {
    * once would put a broken new version on every instance. `ended` (Failed): it never comes back,
    * so it always goes.
    */
-  tryReplace(id: string, pod: 'up' | 'down' | 'ended'): boolean {
-    const limit = this.limit();
+  tryReplace(id: string, pod: OutdatedPod): boolean {
     // One counted already (its new pod was not seen Ready before the next template came) goes on.
-    const counted = this.replacing.has(id);
-    const room = counted || pod === 'ended' || (pod === 'down' ? this.replacing.size < limit : this.currentlyDown().size < limit);
-    if (!room) {
-      this.waiting.add(id);
+    if (!this.replacing.has(id) && !this.hasRoom(pod, this.replacing.size, this.currentlyDown())) {
+      this.waiting.set(id, pod);
       return false;
     }
     this.waiting.delete(id);
@@ -58,13 +58,27 @@ export class RolloutBudget {
     if (this.replacing.delete(id)) this.wakeWaiting();
   }
 
-  /** Wakes as many waiting instances as there is room for (a pod became Ready or went away). */
+  /** Wakes the waiting instances there is room for now (a pod became Ready or went away), by the
+   *  rule tryReplace will apply to them, oldest first. */
   wakeWaiting(): void {
     if (!this.waiting.size) return;
-    const room = this.limit() - this.currentlyDown().size;
-    const taken = [...this.waiting].slice(0, Math.max(0, room));
+    let replacing = this.replacing.size;
+    const down = this.currentlyDown();
+    const taken: string[] = [];
+    for (const [id, pod] of this.waiting) {
+      if (!this.hasRoom(pod, replacing, down)) continue;
+      taken.push(id);
+      replacing++;
+      down.add(id);
+    }
     for (const id of taken) this.waiting.delete(id);
     if (taken.length) this.o.wake(taken);
+  }
+
+  private hasRoom(pod: OutdatedPod, replacing: number, down: Set<string>): boolean {
+    const limit = this.limit();
+    if (pod === 'ended') return true;
+    return pod === 'down' ? replacing < limit : down.size < limit;
   }
 
   private currentlyDown(): Set<string> {

@@ -698,6 +698,14 @@ describe('operator: a new session template rolls out a few pods at a time', func
       await eventually(() => assert.equal(renewed().length, 2, 'two replaced'));
       await new Promise((r) => setTimeout(r, 400));
       assert.equal(renewed().length, 2, 'no more while the new ones are not Ready');
+      // As new ones become Ready the kept ones follow, woken at once (the poll is longer than the test).
+      await eventually(() => {
+        for (const id of renewed()) {
+          if (!ready(pod(id))) fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName(id), (p) => (p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }));
+        }
+        assert.equal(renewed().length, 6, 'all replaced');
+        assert.ok(ids.every((id) => ready(pod(id))), 'all Ready');
+      }, 20_000, 50);
     } finally {
       fake.podsReadyAtOnce = true;
     }

@@ -6,6 +6,10 @@ import { defaultSettings, jsonObject, SETTING_NAMES, type InstanceSettings } fro
 
 export class SettingsCache {
   private value: InstanceSettings = defaultSettings();
+  /** Reloads started, and the latest of them applied: one read before a change committed must not
+   *  land after one read after it (a notification's) and bring the old settings back. */
+  private started = 0;
+  private applied = 0;
 
   constructor(
     private readonly db: Knex,
@@ -18,11 +22,15 @@ export class SettingsCache {
 
   /** Re-reads the row. */
   async reload(): Promise<InstanceSettings> {
+    const seq = ++this.started;
     const row = await this.db('instances').where({ id: this.instanceId }).select('settings').first();
     const raw = jsonObject(row?.settings);
     const next = defaultSettings();
     for (const name of SETTING_NAMES) if (typeof raw[name] === 'boolean') next[name] = raw[name];
-    this.value = next;
+    if (seq > this.applied) {
+      this.value = next;
+      this.applied = seq;
+    }
     return next;
   }
 }

@@ -632,6 +632,7 @@ describe('baileys driver: connection', () => {
     slow.sock().open();
     await loggingOut;
     assert.deepEqual(slow.network.logouts, [linkedJid], 'unlinked on the phone');
+    assert.ok(!slow.listener.states.slice(-2).some((st) => st.state === 'connected'), 'the connection made for the unlink is not reported');
     assert.equal(slow.auth.data.size, 0);
     assert.deepEqual(slow.listener.states.at(-1), { state: 'logged_out', reason: 'logout' });
 

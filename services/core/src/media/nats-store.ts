@@ -81,7 +81,7 @@ export class NatsMediaStore implements MediaStore {
         ttl: nanos(opts.ttlMs ?? DEFAULT_MEDIA_TTL_MS),
         replicas,
       }).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
-      await keepBucketSettings(nc, natsMediaBucketName(opts.namespace), { ttlMs: opts.ttlMs, replicas });
+      await keepBucketSettings(nc, natsMediaBucketName(opts.namespace), { ttlMs: opts.ttlMs, replicas }).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
       return new NatsMediaStore(bucket, nc, !opts.nc, opts.crypto);
     } catch (err) {
       if (!opts.nc) await nc.close();

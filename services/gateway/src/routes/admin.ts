@@ -1,5 +1,6 @@
 // Statistics (counts by UTC date, direction and type) and diagnostics.
 import { z } from 'zod';
+import type { Knex } from 'knex';
 import { mediaStats, problems } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
@@ -82,7 +83,20 @@ export const adminRoutes = [
 
 /** Outbound = API sends plus messages typed on the phone itself; inbound = everything else received. */
 async function countMessages(deps: GatewayDeps, from: Date, until: Date, projectId?: string, instanceId?: string) {
-  const { db } = deps;
+  // One snapshot for the three reads: a retention sweep that committed between them would be counted twice.
+  const found = await deps.db.transaction((trx) => readCounts(trx, from, until, projectId, instanceId), { isolationLevel: 'repeatable read' });
+  const counts = new Map<string, { date: string; direction: string; type: string; count: number }>();
+  for (const r of found) {
+    const k = `${r.date}|${r.direction}|${r.type}`;
+    const row = counts.get(k) ?? { date: r.date, direction: r.direction, type: r.type, count: 0 };
+    row.count += Number(r.count);
+    counts.set(k, row);
+  }
+  return [...counts.values()].sort((a, b) => a.date.localeCompare(b.date) || a.direction.localeCompare(b.direction) || a.type.localeCompare(b.type));
+}
+
+/** Counts of the messages still recorded, and of those message retention deleted (migration 023). */
+async function readCounts(db: Knex.Transaction, from: Date, until: Date, projectId?: string, instanceId?: string): Promise<{ date: string; direction: string; type: string; count: string | number }[]> {
   const scope = (q: any, table: string) => {
     q.where(`${table}.created_at`, '>=', sqlMidnight(from)).andWhere(`${table}.created_at`, '<', sqlMidnight(until));
     if (instanceId) q.andWhere(`${table}.instance_id`, instanceId);
@@ -98,7 +112,6 @@ async function countMessages(deps: GatewayDeps, from: Date, until: Date, project
       .where('from_api', false),
     'incoming',
   ).groupByRaw('1, 2, 3');
-  // What message retention deleted was counted first (migration 023).
   const deleted = db('message_counts')
     .select(db.raw(`to_char(date, 'YYYY-MM-DD') as date`), 'direction', 'type')
     .sum({ count: 'count' })
@@ -109,14 +122,7 @@ async function countMessages(deps: GatewayDeps, from: Date, until: Date, project
       if (projectId) q.whereIn('instance_id', db('instances').select('id').where({ project_id: projectId }));
     })
     .groupByRaw('1, 2, 3');
-  const counts = new Map<string, { date: string; direction: string; type: string; count: number }>();
-  for (const r of [...(await sends), ...(await received), ...(await deleted)]) {
-    const k = `${r.date}|${r.direction}|${r.type}`;
-    const row = counts.get(k) ?? { date: r.date, direction: r.direction, type: r.type, count: 0 };
-    row.count += Number(r.count);
-    counts.set(k, row);
-  }
-  return [...counts.values()].sort((a, b) => a.date.localeCompare(b.date) || a.direction.localeCompare(b.direction) || a.type.localeCompare(b.type));
+  return [...(await sends), ...(await received), ...(await deleted)];
 }
 
 async function diagnostics(deps: GatewayDeps) {

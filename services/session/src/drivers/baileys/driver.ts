@@ -103,8 +103,9 @@ const QR_REFS_BUDGET_MS = 60_000 + 5 * 20_000;
 /** How long a received message or receipt waits for a database that cannot be reached before it
  *  is given up. */
 const RECORD_RETRY_MS = 120_000;
-/** How long a logout waits for a linked session's connection to come back, to unlink the device:
- *  short, as a reset through the API waits for it (the gateway asks a session for 10 s). */
+/** How long a logout waits for a linked session's connection to come back, to unlink the device,
+ *  and then for the unlink: short, as a reset through the API waits for it (the gateway asks a
+ *  session for 10 s). */
 const UNLINK_CONNECT_WAIT_MS = 4000;
 /** The least time a new pairing code is given to be typed on the phone. */
 const PAIRING_WINDOW_MS = 100_000;
@@ -166,6 +167,9 @@ export class BaileysDriver implements NetworkDriver {
   private mediaHostsRenewedAt = -Infinity;
   /** When readySocket showed its first QR: its pairing refs, and a code asked on it, run out from then. */
   private readySince = 0;
+  /** A logout is connecting to unlink the device: that connection is not reported (no
+   *  `connected` event, no sends taken up again in the middle of a reset). */
+  private unlinking = false;
   /** When the first QR of the pairing under way was shown (a pairing-code request starts it again). */
   private pairingSince: number | null = null;
   private readyWaiters: Array<{ resolve: (sock: BaileysSocket) => void; reject: (err: Error) => void }> = [];
@@ -218,13 +222,16 @@ export class BaileysDriver implements NetworkDriver {
   }
 
   async logout(): Promise<void> {
-    await this.reconnectToUnlink();
+    const reconnected = await this.reconnectToUnlink();
     const sock = this.sock;
     const wasConnected = this.connected;
     this.stopRunning();
+    this.unlinking = false;
     if (sock && wasConnected) {
       // Unlinks the device on the phone's side too; Baileys then closes the socket (ignored: stale).
-      await withTimeout(sock.logout(), 10_000, 'logout').catch((error) => this.log.warn({ err: errorSummary(error) }, 'logout request failed'));
+      // After a reconnect for it, within what is left of the time a reset through the API waits.
+      const limitMs = reconnected ? UNLINK_CONNECT_WAIT_MS : 10_000;
+      await withTimeout(sock.logout(), limitMs, 'logout').catch((error) => this.log.warn({ err: errorSummary(error) }, 'logout request failed'));
     }
     if (sock) await sock.end(undefined).catch(() => {});
     await this.clearAuth();
@@ -235,12 +242,14 @@ export class BaileysDriver implements NetworkDriver {
    *  connects now rather than at its backoff's end, and the logout waits a little for it. Without
    *  that the phone keeps listing a device nobody uses, and WhatsApp allows only four, so the
    *  next pairing may be refused. A connection that does not come in time leaves it linked. */
-  private async reconnectToUnlink(): Promise<void> {
-    if (this.connected || !this.running || !this.creds || !hasLinkedAccount(this.creds)) return;
+  private async reconnectToUnlink(): Promise<boolean> {
+    if (this.connected || !this.running || !this.creds || !hasLinkedAccount(this.creds)) return false;
+    this.unlinking = true;
     if (this.reconnectTimer) await this.openSocket().catch(() => undefined);
     const deadline = Date.now() + (this.opts.unlinkConnectWaitMs ?? UNLINK_CONNECT_WAIT_MS);
     while (!this.connected && this.running && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
     if (!this.connected) this.log.warn('not connected in time to unlink the device; the phone keeps listing it until WhatsApp removes it');
+    return true;
   }
 
   /** Phone pairing: asked only once the socket is ready (has shown a QR); returns `ABCD-EFGH`. */
@@ -470,6 +479,7 @@ export class BaileysDriver implements NetworkDriver {
     }
     if (update.connection === 'open') {
       this.connected = true;
+      if (this.unlinking) return; // the logout waiting for it takes it from here
       // Logged in with kept credentials while a pairing-code request waited for a QR: none will come.
       for (const waiter of this.readyWaiters.splice(0)) waiter.reject(problems.linkedAlready());
       this.lastCloseReason = null;
