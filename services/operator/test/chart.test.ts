@@ -243,6 +243,7 @@ describe('chart, CRDs and examples', function () {
     assert.throws(() => template([...REQUIRED, 'settings.webhookRetrySchedule=1\\,2']), /webhookRetrySchedule/);
     assert.throws(() => template([...REQUIRED, 'settings.rateLimit=5']), /rateLimit/);
     assert.throws(() => template([...REQUIRED, 'settings.rateLimitPerMinute=0']), /rateLimitPerMinute/, 'the gateway would refuse 0 at start');
+    assert.throws(() => template([...REQUIRED, 'settings.messageRetentionMs=3600000']), /messageRetentionMs/, 'under a day: the gateway would refuse it at start');
     // Numbers from a values file reach the template as floats: still written as plain integers.
     const dir = mkdtempSync(join(tmpdir(), 'sb-values-'));
     try {
