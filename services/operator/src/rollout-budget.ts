@@ -42,7 +42,7 @@ export class RolloutBudget {
    */
   tryReplace(id: string, pod: OutdatedPod): boolean {
     // One counted already (its new pod was not seen Ready before the next template came) goes on.
-    if (!this.replacing.has(id) && !this.hasRoom(pod, this.replacing.size, this.currentlyDown())) {
+    if (!this.replacing.has(id) && !hasRoom(pod, this.limit(), this.replacing.size, this.currentlyDown())) {
       this.waiting.set(id, pod);
       return false;
     }
@@ -62,23 +62,18 @@ export class RolloutBudget {
    *  rule tryReplace will apply to them, oldest first. */
   wakeWaiting(): void {
     if (!this.waiting.size) return;
+    const limit = this.limit(); // once: it counts the pods
     let replacing = this.replacing.size;
     const down = this.currentlyDown();
     const taken: string[] = [];
     for (const [id, pod] of this.waiting) {
-      if (!this.hasRoom(pod, replacing, down)) continue;
+      if (!hasRoom(pod, limit, replacing, down)) continue;
       taken.push(id);
       replacing++;
       down.add(id);
     }
     for (const id of taken) this.waiting.delete(id);
     if (taken.length) this.o.wake(taken);
-  }
-
-  private hasRoom(pod: OutdatedPod, replacing: number, down: Set<string>): boolean {
-    const limit = this.limit();
-    if (pod === 'ended') return true;
-    return pod === 'down' ? replacing < limit : down.size < limit;
   }
 
   private currentlyDown(): Set<string> {
@@ -92,6 +87,12 @@ export class RolloutBudget {
     const { max } = this.o;
     return Math.max(1, 'count' in max ? max.count : Math.floor((this.o.pods() * max.percent) / 100));
   }
+}
+
+/** The rule of tryReplace: see there. */
+function hasRoom(pod: OutdatedPod, limit: number, replacing: number, down: Set<string>): boolean {
+  if (pod === 'ended') return true;
+  return pod === 'down' ? replacing < limit : down.size < limit;
 }
 
 /** SESSION_ROLLOUT_MAX_UNAVAILABLE: a whole number (`10`) or a percentage of the session pods (`10%`). */
