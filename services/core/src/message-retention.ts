@@ -6,13 +6,14 @@
 import type { Knex } from 'knex';
 import type { EventRetentionOptions } from './event-retention.ts';
 import { inBatches, startPeriodicJob, type PeriodicJob } from './periodic-job.ts';
+import { ITEM_STATUSES, PENDING_ITEM_STATUSES } from './send-events.ts';
 
 /** As the event retention's; `maxAgeMs` 0 keeps every message, and the first run comes two
  *  minutes after the start (after the event retention's). */
 export type MessageRetentionOptions = EventRetentionOptions;
 
 /** Send item statuses no later write changes (only receipts of a sent message, within days). */
-const SETTLED_SEND_STATUSES = ['sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'];
+const SETTLED_SEND_STATUSES = ITEM_STATUSES.filter((status) => !PENDING_ITEM_STATUSES.includes(status));
 
 const ADD_COUNTS = `INSERT INTO message_counts (instance_id, date, direction, type, count)
   SELECT instance_id, (created_at AT TIME ZONE 'UTC')::date, direction, type, count(*) FROM gone_counted GROUP BY 1, 2, 3, 4

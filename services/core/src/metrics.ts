@@ -18,6 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Bus } from './bus/types.ts';
+import { ITEM_STATUSES } from './send-events.ts';
 
 export interface MetricsOptions {
   /** Source of the scrape-time gauges; without it they are left out. */
@@ -57,8 +58,6 @@ const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'fil
 /** Counted whole, through the (status, next_attempt_at) index: the open ones, and the exhausted
  *  ones (few; kept EVENT_RETENTION_MS, and a human acts on each). */
 const WHOLE_DELIVERY_STATUSES = ['pending', 'retrying', 'exhausted'];
-/** Send item statuses (DESIGN §5), named in the query so it walks the (status, expires_at) index. */
-const SEND_ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'];
 /** Send items are counted while their queue expiry is at most this far past, not for all history:
  *  a count of every row took seconds at a few million (send items are never pruned unless
  *  MESSAGE_RETENTION_MS says so), and a read over 2 s leaves every database gauge out of the
@@ -256,7 +255,7 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
   // all in it (a day past their expiry they are long `expired`), outcomes are recent ones.
   const items = await db('send_items as s')
     .join('instances as i', 'i.id', 's.instance_id')
-    .whereIn('s.status', SEND_ITEM_STATUSES)
+    .whereIn('s.status', ITEM_STATUSES) // named, so the query walks the (status, expires_at) index
     .where('s.expires_at', '>', new Date(Date.now() - RECENT_SEND_ITEMS_MS))
     .groupBy('s.status', 'i.state')
     .select('s.status as status', 'i.state as state', db.raw('count(*) as count'));

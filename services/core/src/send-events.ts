@@ -4,6 +4,12 @@ import type { Knex } from 'knex';
 import type { DeliveryStatus } from './network.ts';
 import { recordEvent } from './events.ts';
 
+/** The statuses of a send-queue item (DESIGN §5). */
+export const ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'] as const;
+export type ItemStatus = (typeof ITEM_STATUSES)[number];
+/** An item in one of these holds a queue slot and is not done with; the others are outcomes. */
+export const PENDING_ITEM_STATUSES: readonly ItemStatus[] = ['queued', 'sending'];
+
 /** The columns of a send-queue item the events carry. */
 export interface SendItemRef {
   id: string;

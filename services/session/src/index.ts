@@ -7,6 +7,6 @@ export { expirySweepIntervalMs, startExpirySweeper, type ExpirySweeper, type Exp
 export { driverFactoryFor, type DriverDeps } from './drivers.ts';
 export { mediaArchive, type MediaArchive, type MediaArchiveOptions } from './media-archive.ts';
 export { callSessionOp, SANDBOX_OPS } from './session-ops.ts';
-export { isExpired, ITEM_STATUSES, markExpired, type SendItemRow } from './send-items.ts';
+export { isExpired, markExpired, type SendItemRow } from './send-items.ts';
 export { requeueQueuedCommands } from './command-requeue.ts';
 export { SandboxDriver, sandboxDriverFactory, type SandboxOptions } from './sandbox/driver.ts';

@@ -2,10 +2,7 @@
 // (DESIGN §5 "Sending" and "Events"). Every transition is conditional on the status it leaves,
 // so a cancel, the expiry sweeper and the session never overwrite each other.
 import type { Knex } from 'knex';
-import { inSpan, recordEvent, recordSendFailure, recordSendStatus, sendEventData, type DeliveryStatus, type SendFailure } from '@switchboard/core';
-
-export const ITEM_STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'played', 'failed', 'uncertain', 'cancelled', 'expired'] as const;
-export type ItemStatus = (typeof ITEM_STATUSES)[number];
+import { inSpan, recordEvent, recordSendFailure, recordSendStatus, sendEventData, type DeliveryStatus, type ItemStatus, type SendFailure } from '@switchboard/core';
 
 export interface SendItemRow {
   id: string;

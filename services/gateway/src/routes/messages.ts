@@ -1,10 +1,10 @@
 // The send queue: accept (202), list the last 50 (and page back), read one, cancel while queued.
-import { Problem, problems, recordSendFailure, type Db } from '@switchboard/core';
+import { ITEM_STATUSES, Problem, problems, recordSendFailure, type Db } from '@switchboard/core';
 import { route } from '../http/route.ts';
 import { Accepted, IdempotencyKey, SendBody, SendItemRecord, listOf } from '../schemas.ts';
 import { sendItemRecord } from '../records.ts';
 import { acceptSend } from '../sending/accept.ts';
-import { isExpired, ITEM_STATUSES, markExpired, type SendItemRow } from '@switchboard/session';
+import { isExpired, markExpired, type SendItemRow } from '@switchboard/session';
 import { z } from 'zod';
 import { loadInstance } from './common.ts';
 import { PageQuery, readPage } from './list-page.ts';
