@@ -58,15 +58,13 @@ const DELIVERY_STATUSES = ['pending', 'delivered', 'retrying', 'exhausted', 'fil
 /** Counted whole, through the (status, next_attempt_at) index: the open ones, and the exhausted
  *  ones (few; kept EVENT_RETENTION_MS, and a human acts on each). */
 const WHOLE_DELIVERY_STATUSES = ['pending', 'retrying', 'exhausted'];
-/** Send items are counted while their queue expiry is at most this far past, not for all history:
- *  a count of every row took seconds at a few million (send items are never pruned unless
- *  MESSAGE_RETENTION_MS says so), and a read over 2 s leaves every database gauge out of the
- *  scrape (the queue depth among them). An item turns `expired` at its expiry, so it is counted
- *  for a day after that; outcomes, for about two days after acceptance. */
-const RECENT_SEND_ITEMS_MS = 24 * 3_600_000;
-/** The other finished deliveries (delivered, filtered, …, the many) are counted for the events of
- *  the last day. */
-const RECENT_DELIVERIES_MS = 24 * 3_600_000;
+/** Outcomes are counted over this last stretch, not all history: a count of every row took seconds
+ *  at a few million (send items are never pruned unless MESSAGE_RETENTION_MS says so), and a read
+ *  over 2 s leaves every database gauge out of the scrape (the queue depth among them). Send items
+ *  while their queue expiry is at most this far past (an item turns `expired` at its expiry, so it
+ *  is counted for a day after that); the other finished deliveries (delivered, filtered, …, the
+ *  many) of the events this recent. */
+const RECENT_MS = 24 * 3_600_000;
 
 const EVENT_LOOP_SAMPLE_MS = 100;
 
@@ -251,19 +249,19 @@ async function readSnapshot(db: Knex): Promise<DatabaseSnapshot> {
     .where('s.status', 'queued')
     .groupBy('i.state')
     .select('i.state as state', db.raw('count(*) as count'), db.raw('min(s.created_at) as oldest'));
-  // Recent items (RECENT_SEND_ITEMS_MS), not every item ever accepted: queued and sending ones are
+  // Recent items (RECENT_MS), not every item ever accepted: queued and sending ones are
   // all in it (a day past their expiry they are long `expired`), outcomes are recent ones.
   const items = await db('send_items as s')
     .join('instances as i', 'i.id', 's.instance_id')
     .whereIn('s.status', ITEM_STATUSES) // named, so the query walks the (status, expires_at) index
-    .where('s.expires_at', '>', new Date(Date.now() - RECENT_SEND_ITEMS_MS))
+    .where('s.expires_at', '>', new Date(Date.now() - RECENT_MS))
     .groupBy('s.status', 'i.state')
     .select('s.status as status', 'i.state as state', db.raw('count(*) as count'));
   const sessions = await db('instances').groupBy('state').select('state', db.raw('count(*) as count'));
   const whole = await db('deliveries').whereIn('status', WHOLE_DELIVERY_STATUSES).groupBy('status').select('status', db.raw('count(*) as count'));
   const finished = await db('events as e')
     .join('deliveries as d', 'd.event_id', 'e.id')
-    .where('e.created_at', '>', new Date(Date.now() - RECENT_DELIVERIES_MS))
+    .where('e.created_at', '>', new Date(Date.now() - RECENT_MS))
     .whereNotIn('d.status', WHOLE_DELIVERY_STATUSES)
     .groupBy('d.status')
     .select('d.status as status', db.raw('count(*) as count'));

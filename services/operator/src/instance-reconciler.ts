@@ -97,7 +97,7 @@ export class InstanceReconciler {
     if (row === 'overtaken') return this.d.pollMs ?? 1000;
     const secretNameTaken = !(await this.ensureTokenSecret(instance));
 
-    const observed: PodSeen = await this.podState(instance);
+    const observed = await this.podState(instance);
     let pod = observed.state;
     let waiting = false;
     if (resetPending(instance)) {
@@ -272,7 +272,7 @@ export class InstanceReconciler {
     if (!isMadeFor(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
-    const finished = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+    const finished = hasEnded(pod);
     const notReady = finished ? `it ended (${pod.status!.phase}).` : whyNotReady(pod);
     if (finished || pod.metadata?.annotations?.[TEMPLATE_HASH_ANNOTATION] !== wanted) return { state: 'outdated', notReady, ended: finished };
     return notReady === undefined ? { state: 'running' } : { state: 'starting', notReady };
@@ -377,8 +377,12 @@ export class InstanceReconciler {
 
 /** Serving: not being deleted, not ended, Ready. */
 export function isAvailable(pod: V1Pod): boolean {
-  const ended = pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
-  return !pod.metadata?.deletionTimestamp && !ended && whyNotReady(pod) === undefined;
+  return !pod.metadata?.deletionTimestamp && !hasEnded(pod) && whyNotReady(pod) === undefined;
+}
+
+/** Its containers ran to their end (Failed, Succeeded): it never serves again. */
+function hasEnded(pod: V1Pod): boolean {
+  return pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
 }
 
 /** Undefined when the pod is Ready (the kubelet's condition); otherwise what holds it, as

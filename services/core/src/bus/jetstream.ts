@@ -108,15 +108,15 @@ export class JetStreamBus implements Bus {
       reconnectTimeWait: 500,
     });
     try {
-      const replicas = opts.replicas ?? 1;
-      assertCanReplicate(nc, replicas);
+      assertCanReplicate(nc, opts.replicas ?? 1);
       const bus = new JetStreamBus(nc, jetstream(nc), await jetstreamManager(nc), opts);
-      for (const stream of ['commands', 'events'] as const) await bus.ensureStream(stream).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
+      await bus.ensureStream('commands');
+      await bus.ensureStream('events');
       bus.watchConnection();
       return bus;
     } catch (err) {
       await nc.close();
-      throw err;
+      throw explainReplicasRefusal(err, opts.replicas ?? 1);
     }
   }
 

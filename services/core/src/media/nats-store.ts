@@ -80,12 +80,12 @@ export class NatsMediaStore implements MediaStore {
         description: 'Switchboard media (encrypted)',
         ttl: nanos(opts.ttlMs ?? DEFAULT_MEDIA_TTL_MS),
         replicas,
-      }).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
-      await keepBucketSettings(nc, natsMediaBucketName(opts.namespace), { ttlMs: opts.ttlMs, replicas }).catch((err) => Promise.reject(explainReplicasRefusal(err, replicas)));
+      });
+      await keepBucketSettings(nc, natsMediaBucketName(opts.namespace), { ttlMs: opts.ttlMs, replicas });
       return new NatsMediaStore(bucket, nc, !opts.nc, opts.crypto);
     } catch (err) {
       if (!opts.nc) await nc.close();
-      throw err;
+      throw explainReplicasRefusal(err, opts.replicas ?? 1);
     }
   }
 
