@@ -32,8 +32,9 @@ export type StopService = (() => Promise<void>) & { timeoutMs?: number };
  *  start-up) stops it as soon as it has started, rather than killing it half-way; either way the
  *  stop's time-out bounds the wait. A second SIGINT (Ctrl-C again) exits at once, leaving what
  *  the stop was still doing as a kill -9 would. A repeated SIGTERM changes nothing: make and
- *  stops of a whole process group deliver it twice at once, and supervisors send SIGKILL later. */
-export function runService(name: string, start: () => Promise<StopService>): void {
+ *  stops of a whole process group deliver it twice at once, and supervisors send SIGKILL later.
+ *  `stopTimeoutMs` is the limit of a stop that asks for none (tests shorten it). */
+export function runService(name: string, start: () => Promise<StopService>, stopTimeoutMs = STOP_TIMEOUT_MS): void {
   let stop: StopService | undefined;
   let signalled: string | undefined;
   let signalledAt = 0;
@@ -52,7 +53,7 @@ export function runService(name: string, start: () => Promise<StopService>): voi
     force.unref();
   };
   const stopNow = (signal: string, stopService: StopService) => {
-    limitStop(signal, stopService.timeoutMs ?? STOP_TIMEOUT_MS);
+    limitStop(signal, stopService.timeoutMs ?? stopTimeoutMs);
     stopService().then(
       () => process.exit(0),
       (err) => {
@@ -70,7 +71,7 @@ export function runService(name: string, start: () => Promise<StopService>): voi
     signalled = signal;
     signalledAt = Date.now();
     if (stop) stopNow(signal, stop);
-    else limitStop(signal, STOP_TIMEOUT_MS); // still starting
+    else limitStop(signal, stopTimeoutMs); // still starting
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
   process.on('SIGINT', () => onSignal('SIGINT'));
