@@ -154,7 +154,7 @@ export class Controller {
   /** Queues instances whose recorded state differs from their status, whose recorded `paused`
    *  from their resource's (two API calls that raced can leave the record on the older one, and
    *  no watch event would come), or whose token was renewed (its Secret holds the revoked one);
-   *  creates resources for records without one. */
+   *  creates resources for records without one, or deletes the records whose delete had begun. */
   private async pollDatabase(): Promise<void> {
     try {
       if (!this.instances.hasSynced) return;
@@ -164,7 +164,9 @@ export class Controller {
         const instance = this.instances.get(row.id, this.o.namespace);
         if (!instance) {
           // One resource the API refuses (a quota, an admission policy) must not hold up the rest.
-          await this.createResourceFor(row.id).catch((err) => this.o.logger.warn({ instanceId: row.id, err: describe(err) }, 'could not create the Instance resource of a record'));
+          await (row.deleting ? this.finishDeletion(row.id) : this.createResourceFor(row.id)).catch((err) =>
+            this.o.logger.warn({ instanceId: row.id, err: describe(err) }, `could not ${row.deleting ? 'delete the records' : 'create the Instance resource'} of a record`),
+          );
           continue;
         }
         const status = instance.status ?? {};
@@ -202,6 +204,13 @@ export class Controller {
       this.unheldSince.delete(id);
       if (await this.o.store.recordSessionLost(id)) this.o.logger.warn({ instanceId: id }, 'the session of an instance ended without recording it (killed or crashed); recorded as lost');
     }
+  }
+
+  /** The finalizer had begun deleting the instance (its session unlinked from the phone) when its
+   *  resource went without it (the finalizer removed by hand): the records go too, once no session
+   *  holds the instance, rather than coming back as a resource with an unlinked session. */
+  private async finishDeletion(id: string): Promise<void> {
+    if (await this.o.store.delete(id)) this.o.logger.info({ instance: id }, 'deleted the records of an instance whose resource was removed before its finalizer finished');
   }
 
   private async createResourceFor(id: string): Promise<void> {

@@ -8,7 +8,7 @@
 // A pod or Secret that has the name of ours but that the operator did not make for this Instance
 // is never replaced or deleted: the Instance says so (Ready False, PodNameTaken; a Warning event)
 // and waits for someone to remove it.
-import type { CoreV1Api, CustomObjectsApi, V1Pod, V1Secret } from '@kubernetes/client-node';
+import { PatchStrategy, setHeaderOptions, type CoreV1Api, type CustomObjectsApi, type V1Pod, type V1Secret } from '@kubernetes/client-node';
 import { isNewerSpec, specStampOf } from '@switchboard/core';
 import { sameStatus, setCondition } from './conditions.ts';
 import type { EventRecorder } from './event-recorder.ts';
@@ -19,7 +19,7 @@ import {
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
 import type { OutdatedPod, RolloutBudget } from './rollout-budget.ts';
-import { isControlledBy, isMadeFor, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
+import { isControlledBy, isMadeFor, isOwnedBy, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
   custom: CustomObjectsApi;
@@ -226,7 +226,7 @@ export class InstanceReconciler {
     }
     this.secretNameTakenWarned.delete(instance.metadata.uid ?? id);
     const same = existing?.data?.apiToken === data.apiToken && existing?.data?.instanceId === data.instanceId;
-    if (existing && same && isControlledBy(existing, instance)) return true;
+    if (existing && same && isOwnedBy(existing, instance)) return true; // else re-owned below, before the collector takes it
     const body: V1Secret = {
       apiVersion: 'v1',
       kind: 'Secret',
@@ -271,6 +271,7 @@ export class InstanceReconciler {
     if (!pod) return { state: 'absent' };
     if (!isMadeFor(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
+    if (isControlledBy(pod, instance) && !isOwnedBy(pod, instance)) await this.takeOverPod(instance, pod);
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = hasEnded(pod);
     const notReady = finished ? `it ended (${pod.status!.phase}).` : whyNotReady(pod);
@@ -287,6 +288,14 @@ export class InstanceReconciler {
     }
     await this.d.events.record(instance, 'Normal', 'SessionStarted', `Session pod ${sessionPodName(instance.metadata.name)} created.`);
     return 'starting'; // its watch event brings it back here when Ready
+  }
+
+  /** The session pod of an earlier Instance of this name (the same instance id: a resource created
+   *  again for its record) is given to this one, so the garbage collector does not stop a session
+   *  that serves it. A 409 (the pod changed) or 404 (collected first) makes the retry look again. */
+  private async takeOverPod(instance: Instance, pod: V1Pod): Promise<void> {
+    const body = { metadata: { ownerReferences: [ownerReference(instance)], resourceVersion: pod.metadata!.resourceVersion } };
+    await this.d.core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: instance.metadata.namespace, body }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
   }
 
   /** Deletes the pod judged stuck (that very pod: its uid) without waiting for its kubelet, so the

@@ -44,9 +44,10 @@ export class InstanceStore {
     return row ? toRow(row) : undefined;
   }
 
-  async listStates(): Promise<(Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused'> & { tokenHash: string })[]> {
-    const rows = await this.db('instances').select('id', 'state', 'phone', 'paused', 'token_hash');
-    return rows.map((r) => ({ id: r.id, state: r.state, phone: r.phone, paused: Boolean(r.paused), tokenHash: r.token_hash }));
+  /** `deleting`: a finalizer began deleting the instance (markUnlinkRequested for a delete). */
+  async listStates(): Promise<(Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused'> & { tokenHash: string; deleting: boolean })[]> {
+    const rows = await this.db('instances').select('id', 'state', 'phone', 'paused', 'token_hash', 'deletion_requested_at');
+    return rows.map((r) => ({ id: r.id, state: r.state, phone: r.phone, paused: Boolean(r.paused), tokenHash: r.token_hash, deleting: r.deletion_requested_at !== null }));
   }
 
   /** Inserts the row of an Instance created with kubectl; a row that already exists is kept as it is. */

@@ -128,10 +128,16 @@ function nonEmpty<T extends object>(value: T | undefined): T | undefined {
 
 /** Whether the object is one the operator made for this Instance (its controlling owner is an
  *  Instance of that name). A pod or Secret of the same name made by someone else is never
- *  replaced or deleted. The uid is not compared: an earlier Instance of the same name owned it,
- *  and the garbage collector removes it anyway. */
+ *  replaced or deleted. The uid is not compared: one an earlier Instance of the same name owned
+ *  is this instance's too, and is taken over (isOwnedBy). */
 export function isControlledBy(object: { metadata?: V1ObjectMeta }, instance: Instance): boolean {
   return (object.metadata?.ownerReferences ?? []).some((r) => r.controller && r.apiVersion === API_VERSION && r.kind === 'Instance' && r.name === instance.metadata.name);
+}
+
+/** Whether this very Instance (its uid) controls the object. One controlled by an earlier Instance
+ *  of the same name is garbage the collector deletes soon after, unless it is given to this one. */
+export function isOwnedBy(object: { metadata?: V1ObjectMeta }, instance: Instance): boolean {
+  return (object.metadata?.ownerReferences ?? []).some((r) => r.controller && r.uid === instance.metadata.uid);
 }
 
 /** Whether the operator made the object for an Instance of this name: controlled by it, or left

@@ -70,7 +70,49 @@ describe('fake Kubernetes API server', () => {
     await assert.rejects(custom.replaceNamespacedCustomObject({ ...ref, name: 'gc-owner', body: { ...deleting, metadata: { ...deleting.metadata, finalizers: ['test/hold', 'test/new'] } } }), (e: { code?: number }) => e.code === 422);
     await custom.replaceNamespacedCustomObject({ ...ref, name: 'gc-owner', body: { ...deleting, metadata: { ...deleting.metadata, finalizers: [] } } });
     assert.equal(fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, 'gc-owner'), undefined);
-    assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, 'gc-secret'), undefined);
+    await eventually(() => fake.get('', 'v1', 'secrets', NAMESPACE, 'gc-secret') === undefined);
+  });
+
+  /** An Instance `name` with a Secret owned by it, and that Secret held by a finalizer of its own. */
+  async function ownerWithHeldSecret(name: string) {
+    const owner = await custom.createNamespacedCustomObject({ ...ref, body: body(name) });
+    const ownerRef = { apiVersion: `${GROUP}/${VERSION}`, kind: 'Instance', name, uid: owner.metadata.uid };
+    await core.createNamespacedSecret({ namespace: NAMESPACE, body: { metadata: { name: `${name}-secret`, finalizers: ['test/hold'], ownerReferences: [ownerRef] }, data: { a: 'Yg==' } } });
+    const release = () => core.patchNamespacedSecret({ name: `${name}-secret`, namespace: NAMESPACE, body: [{ op: 'remove', path: '/metadata/finalizers' }] }, setHeaderOptions('Content-Type', PatchStrategy.JsonPatch));
+    return { secret: () => fake.get('', 'v1', 'secrets', NAMESPACE, `${name}-secret`), owner: () => fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, name), release };
+  }
+
+  it('collects garbage after the delete, by its propagation policy: Background, Foreground or Orphan', async () => {
+    // Background (the default): the owner goes at once, its dependents after it.
+    const background = await ownerWithHeldSecret('gc-background');
+    await custom.deleteNamespacedCustomObject({ ...ref, name: 'gc-background' });
+    assert.equal(background.owner(), undefined);
+    await eventually(() => background.secret()?.metadata.deletionTimestamp !== undefined);
+    await background.release();
+    await eventually(() => background.secret() === undefined);
+
+    // Foreground: the owner stays, deleting, until its dependents are gone.
+    const foreground = await ownerWithHeldSecret('gc-foreground');
+    await custom.deleteNamespacedCustomObject({ ...ref, name: 'gc-foreground', propagationPolicy: 'Foreground' });
+    assert.deepEqual(foreground.owner()?.metadata.finalizers, ['foregroundDeletion']);
+    await eventually(() => foreground.secret()?.metadata.deletionTimestamp !== undefined);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.ok(foreground.owner()?.metadata.deletionTimestamp, 'the owner waits for its dependent');
+    await foreground.release();
+    await eventually(() => foreground.secret() === undefined && foreground.owner() === undefined);
+
+    // Orphan: the owner goes once its dependents no longer name it; they stay.
+    const orphan = await ownerWithHeldSecret('gc-orphan');
+    await custom.deleteNamespacedCustomObject({ ...ref, name: 'gc-orphan', propagationPolicy: 'Orphan' });
+    await eventually(() => orphan.owner() === undefined);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(orphan.secret()?.metadata.deletionTimestamp, undefined);
+    assert.equal(orphan.secret()?.metadata.ownerReferences, undefined);
+    await orphan.release();
+    await core.deleteNamespacedSecret({ name: 'gc-orphan-secret', namespace: NAMESPACE });
+
+    await custom.createNamespacedCustomObject({ ...ref, body: body('gc-policy') });
+    await assert.rejects(custom.deleteNamespacedCustomObject({ ...ref, name: 'gc-policy', propagationPolicy: 'Later' }), (e: { code?: number }) => e.code === 422);
   });
 
   it('streams watch events and bookmarks, and answers a compacted resourceVersion with 410 Gone', async () => {

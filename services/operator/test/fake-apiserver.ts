@@ -2,7 +2,8 @@
 // the REST API the operator and the gateway use, with the behaviour that matters for them:
 // resourceVersion + 409 on stale writes, list/watch with bookmarks and 410 Gone for compacted
 // history, the status subresource, finalizers and deletionTimestamp, graceful pod deletion,
-// garbage collection of dependents through ownerReferences, merge/JSON/apply patches (apply with
+// garbage collection of dependents through ownerReferences (asynchronous, after their owner is
+// gone; the Background, Foreground and Orphan propagation policies), merge/JSON/apply patches (apply with
 // per-manager field ownership and conflicts), and CRD schema validation with defaults and
 // x-kubernetes-validations rules (CEL, through the subset in cel.ts; transition rules on update).
 // Not implemented: admission, field selectors, protobuf, authentication.
@@ -53,7 +54,14 @@ export interface FakeApiServerOptions {
   crdFiles?: string[];
   /** Watch events kept for resuming watches (default 10,000); older ones are compacted. */
   historyLimit?: number;
+  /** How long the garbage collector takes to act on a deleted owner (default 50 ms): like the
+   *  real one, it works after the DELETE has answered, never within it. */
+  garbageCollectionDelayMs?: number;
 }
+
+/** The finalizers through which the garbage collector holds an owner deleted with the Foreground
+ *  or Orphan propagation policy, until it has deleted or orphaned the owner's dependents. */
+const GC_FINALIZERS: Record<string, string | undefined> = { Background: undefined, Foreground: 'foregroundDeletion', Orphan: 'orphan' };
 
 const BUILTIN: Omit<ResourceType, 'validate'>[] = [
   { group: '', version: 'v1', plural: 'pods', kind: 'Pod', hasStatus: true },
@@ -189,6 +197,20 @@ export class FakeApiServer {
     return [...this.store.entries()]
       .filter(([k, o]) => k.startsWith(`${tk}|`) && (!namespace || o.metadata.namespace === namespace))
       .map(([, o]) => clone(o));
+  }
+
+  /** The garbage collector's delay from now on (a test of what is seen before it acts). */
+  setGarbageCollectionDelay(ms: number): void {
+    this.options.garbageCollectionDelayMs = ms;
+  }
+
+  /** Removes an object at once, finalizers and all: a resource whose finalizers were removed by
+   *  hand before any controller acted on its delete. */
+  forceDelete(group: string, version: string, plural: string, namespace: string, name: string): void {
+    const tk = typeKeyOf(group, version, plural);
+    const key = storeKey(tk, namespace, name);
+    if (!this.store.has(key)) throw new Error(`no ${plural} ${namespace}/${name}`);
+    this.destroy(tk, key);
   }
 
   /** Changes a stored object as a concurrent writer would (bumps resourceVersion, notifies watches). */
@@ -394,9 +416,14 @@ export class FakeApiServer {
       throw new ApiError(409, 'Conflict', `Precondition failed for ${route.type.plural} "${route.name}"`);
     }
     const graceful = route.type.kind === 'Pod' && (this.options.podTerminationMs ?? 0) > 0 && options.gracePeriodSeconds !== 0;
-    if (current.metadata.finalizers?.length || graceful) {
+    const gcFinalizer = gcFinalizerFor(options);
+    if (current.metadata.finalizers?.length || graceful || gcFinalizer) {
       if (current.metadata.deletionTimestamp) return clone(current);
       const o = clone(current);
+      if (gcFinalizer) {
+        o.metadata.finalizers = [...(o.metadata.finalizers ?? []), gcFinalizer];
+        this.afterGcDelay(() => this.finishPropagation(route.typeKey, key, o.metadata.uid, gcFinalizer));
+      }
       o.metadata.deletionTimestamp = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
       if (o.metadata.generation !== undefined) o.metadata.generation += 1; // as the real server does on a graceful delete
       o.metadata.deletionGracePeriodSeconds = graceful ? Math.ceil((this.options.podTerminationMs ?? 0) / 1000) : 0;
@@ -507,17 +534,58 @@ export class FakeApiServer {
     const gone = clone(o);
     gone.metadata.resourceVersion = String(++this.rv);
     this.publish({ type: 'DELETED', object: gone, rv: this.rv, typeKey });
-    this.collectGarbage(o.metadata.uid);
+    this.afterGcDelay(() => this.collectGarbage(o.metadata.uid));
     return gone;
+  }
+
+  private afterGcDelay(work: () => void): void {
+    setTimeout(work, this.options.garbageCollectionDelayMs ?? 50).unref();
+  }
+
+  /** The stored objects that name `ownerUid` among their owners, with their store keys. */
+  private dependentsOf(ownerUid: string): [string, Obj][] {
+    return [...this.store].filter(([, o]) => (o.metadata.ownerReferences ?? []).some((r: Obj) => r.uid === ownerUid));
+  }
+
+  private routeOf(key: string, o: Obj): Route {
+    const [typeKey] = key.split('|');
+    return { type: this.types.get(typeKey)!, typeKey, namespace: o.metadata.namespace, name: o.metadata.name, status: false };
   }
 
   /** The garbage collector: dependents of a deleted owner are deleted too (background propagation). */
   private collectGarbage(ownerUid: string): void {
-    for (const [k, o] of [...this.store]) {
-      if (!(o.metadata.ownerReferences ?? []).some((r: Obj) => r.uid === ownerUid)) continue;
-      const [typeKey] = k.split('|');
-      const type = this.types.get(typeKey)!;
-      this.remove({ type, typeKey, namespace: o.metadata.namespace, name: o.metadata.name, status: false }, {});
+    for (const [k, o] of this.dependentsOf(ownerUid)) {
+      if (this.store.get(k) === o) this.remove(this.routeOf(k, o), {});
+    }
+  }
+
+  /** Foreground: the owner stays (deletionTimestamp, `foregroundDeletion`) until its dependents
+   *  are gone, their own finalizers and grace periods included. Orphan: the dependents lose their
+   *  reference to it, and stay. Then the collector's finalizer is removed, and with it the owner
+   *  when no other finalizer holds it. */
+  private finishPropagation(typeKey: string, key: string, ownerUid: string, finalizer: string): void {
+    const owner = this.store.get(key);
+    if (!owner || owner.metadata.uid !== ownerUid) return;
+    const dependents = this.dependentsOf(ownerUid);
+    if (finalizer === 'orphan') {
+      for (const [k, o] of dependents) {
+        const next = clone(o);
+        next.metadata.ownerReferences = o.metadata.ownerReferences.filter((r: Obj) => r.uid !== ownerUid);
+        if (!next.metadata.ownerReferences.length) delete next.metadata.ownerReferences;
+        this.save(this.routeOf(k, o).typeKey, k, next, 'MODIFIED');
+      }
+    } else if (dependents.length) {
+      for (const [k, o] of dependents) if (!o.metadata.deletionTimestamp) this.remove(this.routeOf(k, o), {});
+      return this.afterGcDelay(() => this.finishPropagation(typeKey, key, ownerUid, finalizer));
+    }
+    const next = clone(owner);
+    next.metadata.finalizers = owner.metadata.finalizers.filter((f: string) => f !== finalizer);
+    if (next.metadata.finalizers.length) {
+      this.save(typeKey, key, next, 'MODIFIED');
+    } else {
+      delete next.metadata.finalizers;
+      this.store.set(key, next);
+      this.destroy(typeKey, key);
     }
   }
 
@@ -796,5 +864,17 @@ function deleteOptions(url: URL, body: string): Obj {
   const options: Obj = body ? parseJson(body) : {};
   const grace = url.searchParams.get('gracePeriodSeconds');
   if (grace !== null) options.gracePeriodSeconds = Number(grace);
+  const policy = url.searchParams.get('propagationPolicy');
+  if (policy !== null) options.propagationPolicy = policy;
+  const orphan = url.searchParams.get('orphanDependents');
+  if (orphan !== null) options.orphanDependents = orphan === 'true';
   return options;
+}
+
+/** The garbage collector's finalizer for the delete's propagation policy (none for Background,
+ *  the default; the deprecated orphanDependents means Orphan). */
+function gcFinalizerFor(options: Obj): string | undefined {
+  const policy = options.propagationPolicy ?? (options.orphanDependents === true ? 'Orphan' : 'Background');
+  if (!Object.hasOwn(GC_FINALIZERS, policy)) throw new ApiError(422, 'Invalid', `DeleteOptions.propagationPolicy: Unsupported value: "${policy}": supported values: "Foreground", "Background", "Orphan"`);
+  return GC_FINALIZERS[policy];
 }

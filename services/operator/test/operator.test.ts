@@ -430,6 +430,52 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(() => assert.equal(condition('inst-reborn', 'Ready')?.reason, 'SessionRunning'));
   });
 
+  it('deletes the records of an instance whose finalizer was removed by hand during its delete, and does not bring it back', async () => {
+    const secret = () => fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-forced'));
+    await createInstance('inst-forced', { displayName: 'Forced' });
+    await eventually(() => assert.equal(condition('inst-forced', 'Ready')?.reason, 'SessionRunning'));
+    failRecordDeletes = true; // the finalizer stops the session, then cannot delete the records
+    try {
+      await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-forced' });
+      await eventually(() => assert.equal(pod('inst-forced'), undefined));
+      await eventually(async () => assert.ok((await row('inst-forced'))?.unlink_requested_at, 'its session was told to unlink'));
+      await kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-forced', body: { metadata: { finalizers: null } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    } finally {
+      failRecordDeletes = false;
+    }
+    await eventually(async () => assert.equal(await row('inst-forced'), undefined));
+    await eventually(() => assert.equal(secret(), undefined, 'its Secret is collected'));
+    await new Promise((r) => setTimeout(r, 600)); // a few more database polls
+    assert.equal(instance('inst-forced'), undefined, 'no resource comes back for it');
+    assert.equal(pod('inst-forced'), undefined);
+  });
+
+  it('takes over the session pod and token Secret an earlier resource of the same instance left to the garbage collector', async () => {
+    const secret = () => fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-again'));
+    await createInstance('inst-again', { displayName: 'Again' });
+    await eventually(() => assert.equal(condition('inst-again', 'Ready')?.reason, 'SessionRunning'));
+    await eventually(() => assert.ok(secret()));
+    const sessionPodUid = pod('inst-again')!.metadata.uid;
+    fake.setGarbageCollectionDelay(3000);
+    try {
+      // Gone before the operator saw its delete: its record stays, so the operator creates the
+      // resource again (a new uid) while the collector has yet to remove the old one's pod and Secret.
+      fake.forceDelete(GROUP, VERSION, INSTANCES, NAMESPACE, 'inst-again');
+      await eventually(() => assert.ok(instance('inst-again'), 'created again for its record'), 2000);
+      const uid = instance('inst-again')!.metadata.uid;
+      await eventually(() => {
+        assert.equal(pod('inst-again')?.metadata.ownerReferences?.[0]?.uid, uid);
+        assert.equal(secret()?.metadata.ownerReferences?.[0]?.uid, uid);
+      }, 2000);
+      await new Promise((r) => setTimeout(r, 3500)); // the collector has acted
+      assert.equal(pod('inst-again')?.metadata.uid, sessionPodUid, 'the same session pod serves it, never stopped');
+      assert.equal(secret()?.metadata.ownerReferences?.[0]?.uid, uid);
+      assert.equal(condition('inst-again', 'Ready')?.reason, 'SessionRunning');
+    } finally {
+      fake.setGarbageCollectionDelay(50);
+    }
+  });
+
   it('never replaces or deletes a pod or Secret of the same name it did not make, and takes the names once they are free', async () => {
     const core = kubeConfigFor(fake.url).makeApiClient(CoreV1Api);
     const theirs = { labels: { app: 'someone-else' } };
