@@ -398,6 +398,21 @@ describe('operator: Instance and Project reconciliation', function () {
     });
   });
 
+  it('finishes a foreground delete (Argo CD\'s prune): the collector stops the pod, the records go, then the resource', async () => {
+    await createInstance('inst-fg', { displayName: 'Foreground' });
+    await eventually(() => assert.equal(condition('inst-fg', 'Ready')?.reason, 'SessionRunning'));
+    podsDuringDelete = [];
+    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-fg', propagationPolicy: 'Foreground' });
+    assert.ok(instance('inst-fg')?.metadata.finalizers.includes('foregroundDeletion'));
+    await eventually(async () => {
+      assert.equal(instance('inst-fg'), undefined);
+      assert.equal(await row('inst-fg'), undefined);
+    });
+    assert.equal(pod('inst-fg'), undefined);
+    assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-fg')), undefined);
+    assert.ok(podsDuringDelete.length > 0 && podsDuringDelete.every((n) => n === 0), `the records went only once no session pod existed: ${podsDuringDelete}`);
+  });
+
   it('stops the session pod an orphaning delete left without owner before it deletes the records', async () => {
     // `kubectl delete --cascade=orphan`: the garbage collector strips the pod's owner reference;
     // the pod still carries the operator's labels for this instance, so it is still its session.
