@@ -14,13 +14,11 @@ import { ENTRY_POINTS } from '../../../scripts/build.ts';
 import { loadOperatorConfig } from '../src/operator-config.ts';
 import { ConfigError, SESSION_STOP_TIMEOUT_MS } from '@switchboard/core';
 import { sessionPod } from '../src/session-pod.ts';
-import { CRD_FILES } from './helpers.ts';
+import { CHART, CRD_FILES, REQUIRED_VALUES as REQUIRED } from './helpers.ts';
 import { K8S_SCHEMAS } from './k8s-schemas.ts';
 import { layerBinary } from './k8s-tools.ts';
 
 const root = (p: string) => fileURLToPath(new URL(`../../../${p}`, import.meta.url));
-const CHART = root('charts/switchboard');
-const REQUIRED = ['secrets.encryptionKey=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'secrets.adminApiKey=admin-key-of-16-chars'];
 
 type Obj = Record<string, any>;
 
@@ -279,7 +277,7 @@ describe('chart, CRDs and examples', function () {
     assert.deepEqual(verbsOf('projects'), ['get,list,watch,update']);
     assert.deepEqual([verbsOf('instances/status'), verbsOf('projects/status'), verbsOf('instances/finalizers'), verbsOf('projects/finalizers')], [['update'], ['update'], ['update'], []]);
     assert.deepEqual(verbsOf('events'), ['create']);
-    assert.deepEqual(verbsOf('pods'), ['get,list,watch,create,delete']);
+    assert.deepEqual(verbsOf('pods'), ['get,list,watch,create,patch,delete']);
     const secrets = operator.find((r) => r.resources.includes('secrets'))!;
     assert.ok(!secrets.verbs.includes('list') && !secrets.verbs.includes('watch'), 'no reading of every Secret');
     assert.ok(!operator.some((r) => r.verbs.includes('*') || r.resources.includes('*')));

@@ -115,6 +115,26 @@ describe('fake Kubernetes API server', () => {
     await assert.rejects(custom.deleteNamespacedCustomObject({ ...ref, name: 'gc-policy', propagationPolicy: 'Later' }), (e: { code?: number }) => e.code === 422);
   });
 
+  it('holds a token given a Role to its rules (403 otherwise), names included', async () => {
+    const restricted = await startFake({ roles: { reader: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create'], resourceNames: [] }, { apiGroups: [GROUP], resources: ['instances'], verbs: ['get'], resourceNames: ['only-this'] }] } });
+    try {
+      const reader = kubeConfigFor(restricted.url, 'reader');
+      const secrets = reader.makeApiClient(CoreV1Api);
+      await secrets.createNamespacedSecret({ namespace: NAMESPACE, body: { metadata: { name: 'rbac-secret' }, data: { a: 'Yg==' } } });
+      assert.ok(await secrets.readNamespacedSecret({ name: 'rbac-secret', namespace: NAMESPACE }));
+      const forbidden = (e: { code?: number }) => e.code === 403;
+      await assert.rejects(secrets.listNamespacedSecret({ namespace: NAMESPACE }), forbidden);
+      await assert.rejects(secrets.deleteNamespacedSecret({ name: 'rbac-secret', namespace: NAMESPACE }), forbidden);
+      await assert.rejects(secrets.createNamespacedPod({ namespace: NAMESPACE, body: { metadata: { name: 'p' }, spec: { containers: [{ name: 'c', image: 'i' }] } } }), forbidden);
+      const instances = reader.makeApiClient(CustomObjectsApi);
+      await assert.rejects(instances.getNamespacedCustomObject({ ...ref, name: 'not-this' }), forbidden);
+      await assert.rejects(instances.getNamespacedCustomObject({ ...ref, name: 'only-this' }), (e: { code?: number }) => e.code === 404, 'allowed, and absent');
+      await kubeConfigFor(restricted.url).makeApiClient(CoreV1Api).deleteNamespacedSecret({ name: 'rbac-secret', namespace: NAMESPACE }); // any other token may
+    } finally {
+      await restricted.stop();
+    }
+  });
+
   it('streams watch events and bookmarks, and answers a compacted resourceVersion with 410 Gone', async () => {
     const list = await custom.listNamespacedCustomObject(ref);
     const seen: { type: string; rv: string; code?: number }[] = [];

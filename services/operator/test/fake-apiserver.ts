@@ -5,8 +5,10 @@
 // garbage collection of dependents through ownerReferences (asynchronous, after their owner is
 // gone; the Background, Foreground and Orphan propagation policies), merge/JSON/apply patches (apply with
 // per-manager field ownership and conflicts), and CRD schema validation with defaults and
-// x-kubernetes-validations rules (CEL, through the subset in cel.ts; transition rules on update).
-// Not implemented: admission, field selectors, protobuf, authentication.
+// x-kubernetes-validations rules (CEL, through the subset in cel.ts; transition rules on update),
+// and, for the bearer tokens given a Role, RBAC: a request its rules do not allow is refused with
+// 403, as the real server does. Not implemented: admission, field selectors, protobuf,
+// authentication (any other token may do anything).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
@@ -57,6 +59,16 @@ export interface FakeApiServerOptions {
   /** How long the garbage collector takes to act on a deleted owner (default 50 ms): like the
    *  real one, it works after the DELETE has answered, never within it. */
   garbageCollectionDelayMs?: number;
+  /** Bearer token → the rules of its Role in the namespace (RBAC PolicyRules); requests with such
+   *  a token are authorized against them. */
+  roles?: Record<string, PolicyRule[]>;
+}
+
+export interface PolicyRule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+  resourceNames?: string[];
 }
 
 /** The finalizers through which the garbage collector holds an owner deleted with the Foreground
@@ -238,6 +250,7 @@ export class FakeApiServer {
       }
       const route = this.route(url.pathname);
       if (!route) return sendStatus(res, 404, 'NotFound', `the server could not find the requested resource (${url.pathname})`);
+      this.authorize(req.headers.authorization, method, route, url);
       const body = await readBody(req);
       if (!route.name) {
         if (method === 'GET' && ['true', '1'].includes(url.searchParams.get('watch') ?? '')) return this.watch(route, url, res);
@@ -272,6 +285,24 @@ export class FakeApiServer {
       }
       return sendStatus(res, 500, 'InternalError', String(err));
     }
+  }
+
+  /** RBAC for the tokens given a Role: the request's verb on its resource (and subresource) must
+   *  be one a rule grants, for that name when the rule lists names. */
+  private authorize(authorization: string | undefined, method: string, route: Route, url: URL): void {
+    const token = /^Bearer (.+)$/.exec(authorization ?? '')?.[1] ?? '';
+    const rules = this.options.roles?.[token];
+    if (!rules) return;
+    const watch = ['true', '1'].includes(url.searchParams.get('watch') ?? '');
+    const verb = ({ GET: route.name ? 'get' : watch ? 'watch' : 'list', POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' } as Record<string, string>)[method] ?? method.toLowerCase();
+    const resource = route.status ? `${route.type.plural}/status` : route.type.plural;
+    const grants = (r: PolicyRule) =>
+      r.apiGroups.some((g) => g === '*' || g === route.type.group) &&
+      r.resources.some((x) => x === '*' || x === resource) &&
+      r.verbs.some((v) => v === '*' || v === verb) &&
+      (!r.resourceNames?.length || (route.name !== undefined && r.resourceNames.includes(route.name)));
+    if (rules.some(grants)) return;
+    throw new ApiError(403, 'Forbidden', `${route.type.plural} is forbidden: User "${token}" cannot ${verb} resource "${resource}" in API group "${route.type.group}" in the namespace "${route.namespace ?? ''}"`);
   }
 
   private route(path: string): Route | undefined {

@@ -1,21 +1,36 @@
 // Shared set-up of the operator tests: a fake API server with our CRDs, a real PostgreSQL
 // database, a KubeConfig pointing at the fake, a cuttable link to it, and a polling assertion helper.
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Crypto, createLogger, migrate, openDatabase, type Db } from '@switchboard/core';
 import { createTestDatabase } from '../../../test/support/services.ts';
-import { FakeApiServer, type FakeApiServerOptions } from './fake-apiserver.ts';
+import { parseAllDocuments } from 'yaml';
+import { FakeApiServer, type FakeApiServerOptions, type PolicyRule } from './fake-apiserver.ts';
+import { layerBinary } from './k8s-tools.ts';
 
 export const NAMESPACE = 'switchboard';
 export const CRD_FILES = ['instances.switchboard.dev.yaml', 'projects.switchboard.dev.yaml'].map((f) => fileURLToPath(new URL(`../../../crds/${f}`, import.meta.url)));
 
-export function kubeConfigFor(server: string): KubeConfig {
+export const CHART = fileURLToPath(new URL('../../../charts/switchboard', import.meta.url));
+/** The values every install of the chart must set. */
+export const REQUIRED_VALUES = ['secrets.encryptionKey=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'secrets.adminApiKey=admin-key-of-16-chars'];
+
+/** The rules the chart's Role grants the operator (release `sb`), rendered by helm. */
+export function operatorRoleRules(): PolicyRule[] {
+  const out = execFileSync(layerBinary('helm'), ['template', 'sb', CHART, '--namespace', NAMESPACE, '--show-only', 'templates/rbac.yaml', ...REQUIRED_VALUES.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const role = parseAllDocuments(out).map((d) => d.toJSON()).find((o) => o?.kind === 'Role' && o.metadata.name === 'sb-switchboard-operator');
+  return role.rules;
+}
+
+/** A KubeConfig for the fake whose requests carry `token` (one the fake may hold to a Role). */
+export function kubeConfigFor(server: string, token = 'not-checked'): KubeConfig {
   const kc = new KubeConfig();
   kc.loadFromOptions({
     clusters: [{ name: 'fake', server, skipTLSVerify: true }],
-    users: [{ name: 'tester', token: 'not-checked' }],
+    users: [{ name: 'tester', token }],
     contexts: [{ name: 'fake', cluster: 'fake', user: 'tester', namespace: NAMESPACE }],
     currentContext: 'fake',
   });

@@ -13,7 +13,7 @@ import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instan
 import { ownerLockFor } from '../../session/src/owner-lock.ts';
 import { issueInstanceToken } from '../../gateway/src/routes/instances.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
-import { NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
+import { NAMESPACE, eventually, kubeConfigFor, openTestDb, operatorRoleRules, silentLogger, startFake, type TestDb } from './helpers.ts';
 
 const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
 /** Polls, retries and restarts at test speed. */
@@ -42,7 +42,8 @@ describe('operator: Instance and Project reconciliation', function () {
   let failRecordDeletes = false;
 
   before(async () => {
-    fake = await startFake();
+    // The operator's requests are held to the chart's Role; the test's own (kubectl) are not.
+    fake = await startFake({ roles: { operator: operatorRoleRules() } });
     t = await openTestDb();
     podsDuringReset = [];
     store = new (class extends InstanceStore {
@@ -66,10 +67,9 @@ describe('operator: Instance and Project reconciliation', function () {
         return super.delete(id);
       }
     })(t.db, t.crypto);
-    const kubeConfig = kubeConfigFor(fake.url);
-    kubectl = kubeConfig.makeApiClient(CustomObjectsApi);
+    kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
     controller = new Controller({
-      kubeConfig, namespace: NAMESPACE, store, session: SESSION, logger: silentLogger,
+      kubeConfig: kubeConfigFor(fake.url, 'operator'), namespace: NAMESPACE, store, session: SESSION, logger: silentLogger,
       ...QUICK, ...NO_ROLLOUT_LIMIT, resyncMs: 1000, stuckPodAfterMs: 300,
     });
     await controller.start();
