@@ -11,7 +11,7 @@ import { ApiClient } from '../../../test/support/http.ts';
 import { createTestDatabase, NATS_URL, testNamespace } from '../../../test/support/services.ts';
 import { GROUP, INSTANCES, VERSION } from '../src/resources.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
-import { NAMESPACE, kubeConfigFor, startFake } from './helpers.ts';
+import { NAMESPACE, chartRoleRules, kubeConfigFor, startFake } from './helpers.ts';
 
 describe('gateway process in cluster mode (fake Kubernetes API)', function () {
   this.timeout(60_000);
@@ -23,9 +23,9 @@ describe('gateway process in cluster mode (fake Kubernetes API)', function () {
   const resource = (name: string) => fake.get(GROUP, VERSION, INSTANCES, NAMESPACE, name);
 
   before(async () => {
-    fake = await startFake();
+    fake = await startFake({ roles: { gateway: chartRoleRules('gateway') } }); // the chart's Role holds the gateway
     const kubeconfig = join(dir, 'config');
-    writeFileSync(kubeconfig, kubeConfigFor(fake.url).exportConfig());
+    writeFileSync(kubeconfig, kubeConfigFor(fake.url, 'gateway').exportConfig());
     database = await createTestDatabase();
     cluster = await startCluster({ databaseUrl: database.url, natsUrl: NATS_URL, namespace: testNamespace(), dispatchers: 0, env: { KUBECONFIG: kubeconfig } });
     admin = new ApiClient(cluster.url, cluster.adminKey);

@@ -18,11 +18,19 @@ export const CHART = fileURLToPath(new URL('../../../charts/switchboard', import
 /** The values every install of the chart must set. */
 export const REQUIRED_VALUES = ['secrets.encryptionKey=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=', 'secrets.adminApiKey=admin-key-of-16-chars'];
 
-/** The rules the chart's Role grants the operator (release `sb`), rendered by helm. */
-export function operatorRoleRules(): PolicyRule[] {
+let chartRoles: Record<string, PolicyRule[]> | undefined;
+
+/** The rules the chart's Role grants the operator or the gateway (release `sb`: the operator's
+ *  Lease is `sb-switchboard-operator`), rendered by helm once per test run. */
+export function chartRoleRules(component: 'operator' | 'gateway'): PolicyRule[] {
+  chartRoles ??= renderChartRoles();
+  return chartRoles[component];
+}
+
+function renderChartRoles(): Record<string, PolicyRule[]> {
   const out = execFileSync(layerBinary('helm'), ['template', 'sb', CHART, '--namespace', NAMESPACE, '--show-only', 'templates/rbac.yaml', ...REQUIRED_VALUES.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  const role = parseAllDocuments(out).map((d) => d.toJSON()).find((o) => o?.kind === 'Role' && o.metadata.name === 'sb-switchboard-operator');
-  return role.rules;
+  const roles = parseAllDocuments(out).map((d) => d.toJSON()).filter((o) => o?.kind === 'Role');
+  return Object.fromEntries(roles.map((r) => [r.metadata.name.replace(/^sb-switchboard-/, ''), r.rules]));
 }
 
 /** A KubeConfig for the fake whose requests carry `token` (one the fake may hold to a Role). */

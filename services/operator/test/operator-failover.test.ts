@@ -8,9 +8,9 @@ import { InstanceStore } from '../src/instance-store.ts';
 import { Operator } from '../src/operator.ts';
 import { GROUP, INSTANCES, VERSION, sessionPodName } from '../src/resources.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
-import { LinkProxy, NAMESPACE, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
+import { LinkProxy, NAMESPACE, chartRoleRules, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
 
-const LEASE = 'sb-operator';
+const LEASE = 'sb-switchboard-operator'; // the Lease the chart's Role grants (release sb)
 
 describe('operator: leader failover between replicas', function () {
   this.timeout(20_000);
@@ -21,7 +21,7 @@ describe('operator: leader failover between replicas', function () {
   let maxLeaders = 0;
 
   before(async () => {
-    fake = await startFake();
+    fake = await startFake({ roles: { operator: chartRoleRules('operator') } }); // the replicas are held to the chart's Role
     t = await openTestDb();
   });
   after(async () => {
@@ -37,7 +37,7 @@ describe('operator: leader failover between replicas', function () {
     const link = new LinkProxy(fake.url);
     const entry = { operator: undefined as unknown as Operator, link, lost: 0 };
     entry.operator = new Operator({
-      kubeConfig: kubeConfigFor(await link.start()),
+      kubeConfig: kubeConfigFor(await link.start(), 'operator'),
       namespace: NAMESPACE,
       store: new InstanceStore(t.db, t.crypto),
       session: { image: 'switchboard:test' },

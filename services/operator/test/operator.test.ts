@@ -13,7 +13,7 @@ import { KubernetesInstanceResources } from '../../gateway/src/kubernetes/instan
 import { ownerLockFor } from '../../session/src/owner-lock.ts';
 import { issueInstanceToken } from '../../gateway/src/routes/instances.ts';
 import type { FakeApiServer } from './fake-apiserver.ts';
-import { NAMESPACE, eventually, kubeConfigFor, openTestDb, operatorRoleRules, silentLogger, startFake, type TestDb } from './helpers.ts';
+import { NAMESPACE, chartRoleRules, eventually, kubeConfigFor, openTestDb, silentLogger, startFake, type TestDb } from './helpers.ts';
 
 const SESSION = { image: 'switchboard:test', envSecretName: 'switchboard-env' };
 /** Polls, retries and restarts at test speed. */
@@ -43,7 +43,7 @@ describe('operator: Instance and Project reconciliation', function () {
 
   before(async () => {
     // The operator's requests are held to the chart's Role; the test's own (kubectl) are not.
-    fake = await startFake({ roles: { operator: operatorRoleRules() } });
+    fake = await startFake({ roles: { operator: chartRoleRules('operator') } });
     t = await openTestDb();
     podsDuringReset = [];
     store = new (class extends InstanceStore {
@@ -680,9 +680,9 @@ describe('operator: a new session template rolls out a few pods at a time', func
   let controller: Controller;
 
   before(async () => {
-    fake = await startFake({ podTerminationMs: 50 });
+    fake = await startFake({ podTerminationMs: 50, roles: { operator: chartRoleRules('operator') } });
     t = await openTestDb();
-    const kubeConfig = kubeConfigFor(fake.url);
+    const kubeConfig = kubeConfigFor(fake.url, 'operator');
     // Waiting pods are woken by pod events alone here: the safety poll is longer than the test.
     controller = new Controller({ kubeConfig, namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger, ...QUICK, rolloutMaxUnavailable: { count: 2 }, rolloutPollMs: 600_000 });
     await controller.start();
@@ -780,11 +780,11 @@ describe('operator: changes no watch event of the resource itself announces', fu
   let controller: Controller;
 
   before(async () => {
-    fake = await startFake();
+    fake = await startFake({ roles: { operator: chartRoleRules('operator') } });
     t = await openTestDb();
     // Resyncs far apart: only the database poll can notice the drift within the test.
     controller = new Controller({
-      kubeConfig: kubeConfigFor(fake.url), namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger,
+      kubeConfig: kubeConfigFor(fake.url, 'operator'), namespace: NAMESPACE, store: new InstanceStore(t.db, t.crypto), session: SESSION, logger: silentLogger,
       ...QUICK, resyncMs: 600_000, sessionLostAfterMs: 300,
     });
     await controller.start();
