@@ -208,8 +208,11 @@ export class Controller {
 
   /** The finalizer had begun deleting the instance (its session unlinked from the phone) when its
    *  resource went without it (the finalizer removed by hand): the records go too, once no session
-   *  holds the instance, rather than coming back as a resource with an unlinked session. */
+   *  holds the instance, rather than coming back as a resource with an unlinked session. Asked of
+   *  the API first: a resource created again meanwhile may not have reached the informer yet (its
+   *  reconcile then finishes the delete itself, see ensureRecord). */
   private async finishDeletion(id: string): Promise<void> {
+    if (await this.instanceReconciler.exists(this.o.namespace, id)) return;
     if (await this.o.store.delete(id)) this.o.logger.info({ instance: id }, 'deleted the records of an instance whose resource was removed before its finalizer finished');
   }
 

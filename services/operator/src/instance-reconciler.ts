@@ -19,7 +19,7 @@ import {
   sessionPodName, tokenSecretName, type Instance, type InstanceStatus,
 } from './resources.ts';
 import type { OutdatedPod, RolloutBudget } from './rollout-budget.ts';
-import { isControlledBy, isMadeFor, isOwnedBy, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
+import { isMadeFor, isOwnedBy, ownerReference, sessionPod, type SessionPodSettings } from './session-pod.ts';
 
 export interface InstanceReconcilerDeps {
   custom: CustomObjectsApi;
@@ -94,7 +94,7 @@ export class InstanceReconciler {
     if (row === 'deleted') return; // deleted through the API: the resource is being deleted too
     // The API changed the resource after it was read here: its watch event brings the new spec,
     // and nothing is started or stopped from the old one meanwhile.
-    if (row === 'overtaken') return this.d.pollMs ?? 1000;
+    if (row === 'overtaken' || row === 'held') return this.d.pollMs ?? 1000;
     const secretNameTaken = !(await this.ensureTokenSecret(instance));
 
     const observed = await this.podState(instance);
@@ -145,6 +145,10 @@ export class InstanceReconciler {
     if (waitingForRollout) return this.d.rolloutPollMs ?? 60_000;
   }
 
+  async exists(namespace: string, name: string): Promise<boolean> {
+    return (await this.read(namespace, name)) !== undefined;
+  }
+
   private async read(namespace: string, name: string): Promise<Instance | undefined> {
     try {
       return (await this.d.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: INSTANCES, name })) as Instance;
@@ -166,11 +170,19 @@ export class InstanceReconciler {
   }
 
   /** Finds the instance's row, in line with the resource; a kubectl-created instance is adopted
-   *  (row created). 'overtaken' when the record follows a newer spec than this read of the resource. */
-  private async ensureRecord(instance: Instance): Promise<InstanceRow | 'deleted' | 'overtaken'> {
+   *  (row created). 'overtaken' when the record follows a newer spec than this read of the resource;
+   *  'held' while an earlier resource's begun delete waits for a session that still holds it. */
+  private async ensureRecord(instance: Instance): Promise<InstanceRow | 'deleted' | 'overtaken' | 'held'> {
     const id = instance.metadata.name;
     const desired = { id, name: instance.spec.displayName, projectId: instance.spec.projectRef ?? null, paused: Boolean(instance.spec.paused), stamp: specStampOf(instance) };
-    const row = await this.d.store.find(id);
+    let row = await this.d.store.find(id);
+    // Left by an earlier resource whose delete had begun (its finalizer removed by hand): that
+    // delete is finished first (its session has unlinked the phone, and the record's marks would
+    // unlink the next session too); this resource then starts as a new one.
+    if (row?.deleting) {
+      if (!(await this.d.store.delete(id))) return 'held';
+      row = undefined;
+    }
     if (row) {
       // Checked even when the row matches this read: the API may have changed the resource and
       // stamped the record without having written its new values yet.
@@ -271,7 +283,7 @@ export class InstanceReconciler {
     if (!pod) return { state: 'absent' };
     if (!isMadeFor(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
-    if (isControlledBy(pod, instance) && !isOwnedBy(pod, instance)) await this.takeOverPod(instance, pod);
+    if (!isOwnedBy(pod, instance)) await this.takeOverPod(instance, pod);
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = hasEnded(pod);
     const notReady = finished ? `it ended (${pod.status!.phase}).` : whyNotReady(pod);
@@ -291,8 +303,10 @@ export class InstanceReconciler {
   }
 
   /** The session pod of an earlier Instance of this name (the same instance id: a resource created
-   *  again for its record) is given to this one, so the garbage collector does not stop a session
-   *  that serves it. A 409 (the pod changed) or 404 (collected first) makes the retry look again. */
+   *  again for its record), or one an orphaning delete left without owner, is given to this one:
+   *  the garbage collector, if it has not acted yet, does not stop a session that serves it, and
+   *  this resource's delete takes it along. A 409 (the pod changed) or 404 (collected first) makes
+   *  the retry look again. */
   private async takeOverPod(instance: Instance, pod: V1Pod): Promise<void> {
     const body = { metadata: { ownerReferences: [ownerReference(instance)], resourceVersion: pod.metadata!.resourceVersion } };
     await this.d.core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: instance.metadata.namespace, body }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));

@@ -14,6 +14,9 @@ export interface InstanceRow {
   phone: string | null;
   /** The version of the resource's spec the record follows (core/instance-spec-stamp.ts). */
   specStamp?: SpecStamp;
+  /** A finalizer began deleting the instance (markUnlinkRequested for a delete): its session has
+   *  unlinked the phone, and the records are to go. */
+  deleting: boolean;
 }
 
 export interface DesiredInstance {
@@ -40,14 +43,13 @@ export class InstanceStore {
   ) {}
 
   async find(id: string): Promise<InstanceRow | undefined> {
-    const row = await this.db('instances').where({ id }).first('id', 'name', 'project_id', 'state', 'paused', 'phone', 'spec_uid', 'spec_generation');
+    const row = await this.db('instances').where({ id }).first('id', 'name', 'project_id', 'state', 'paused', 'phone', 'spec_uid', 'spec_generation', 'deletion_requested_at');
     return row ? toRow(row) : undefined;
   }
 
-  /** `deleting`: a finalizer began deleting the instance (markUnlinkRequested for a delete). */
-  async listStates(): Promise<(Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused'> & { tokenHash: string; deleting: boolean })[]> {
+  async listStates(): Promise<(Pick<InstanceRow, 'id' | 'state' | 'phone' | 'paused' | 'deleting'> & { tokenHash: string })[]> {
     const rows = await this.db('instances').select('id', 'state', 'phone', 'paused', 'token_hash', 'deletion_requested_at');
-    return rows.map((r) => ({ id: r.id, state: r.state, phone: r.phone, paused: Boolean(r.paused), tokenHash: r.token_hash, deleting: r.deletion_requested_at !== null }));
+    return rows.map((r) => ({ id: r.id, state: r.state, phone: r.phone, paused: Boolean(r.paused), tokenHash: r.token_hash, deleting: Boolean(r.deletion_requested_at) }));
   }
 
   /** Inserts the row of an Instance created with kubectl; a row that already exists is kept as it is. */
@@ -192,5 +194,5 @@ function stampColumns(stamp: SpecStamp | undefined): Record<string, unknown> {
 
 function toRow(r: Record<string, any>): InstanceRow {
   const specStamp = r.spec_uid && r.spec_generation !== null && r.spec_generation !== undefined ? { uid: r.spec_uid, generation: Number(r.spec_generation) } : undefined;
-  return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null, ...(specStamp ? { specStamp } : {}) };
+  return { id: r.id, name: r.name, projectId: r.project_id ?? null, state: r.state, paused: Boolean(r.paused), phone: r.phone ?? null, deleting: Boolean(r.deletion_requested_at), ...(specStamp ? { specStamp } : {}) };
 }

@@ -130,7 +130,7 @@ function nonEmpty<T extends object>(value: T | undefined): T | undefined {
  *  Instance of that name). A pod or Secret of the same name made by someone else is never
  *  replaced or deleted. The uid is not compared: one an earlier Instance of the same name owned
  *  is this instance's too, and is taken over (isOwnedBy). */
-export function isControlledBy(object: { metadata?: V1ObjectMeta }, instance: Instance): boolean {
+function isControlledBy(object: { metadata?: V1ObjectMeta }, instance: Instance): boolean {
   return (object.metadata?.ownerReferences ?? []).some((r) => r.controller && r.apiVersion === API_VERSION && r.kind === 'Instance' && r.name === instance.metadata.name);
 }
 

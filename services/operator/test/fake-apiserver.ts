@@ -107,6 +107,8 @@ export class FakeApiServer {
   readonly requests: string[] = [];
   /** Every refused request as "METHOD path STATUS" (injected failures excluded). */
   readonly refused: string[] = [];
+  /** The garbage collector's work waiting for its delay. */
+  private readonly pendingGc = new Set<{ work: () => void; timer: NodeJS.Timeout }>();
 
   /** Whether the kubelet makes a new pod's container ready at once (a test of readiness turns this
    *  off and marks pods Ready itself, as a real kubelet does once the readiness probe passes). */
@@ -570,7 +572,23 @@ export class FakeApiServer {
   }
 
   private afterGcDelay(work: () => void): void {
-    setTimeout(work, this.options.garbageCollectionDelayMs ?? 50).unref();
+    const entry = {
+      work,
+      timer: setTimeout(() => {
+        this.pendingGc.delete(entry);
+        work();
+      }, this.options.garbageCollectionDelayMs ?? 50).unref(),
+    };
+    this.pendingGc.add(entry);
+  }
+
+  /** Does now what the garbage collector has pending, instead of after its delay. */
+  collectGarbageNow(): void {
+    for (const entry of [...this.pendingGc]) {
+      clearTimeout(entry.timer);
+      this.pendingGc.delete(entry);
+      entry.work();
+    }
   }
 
   /** The stored objects that name `ownerUid` among their owners, with their store keys. */

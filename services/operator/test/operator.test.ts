@@ -75,6 +75,7 @@ describe('operator: Instance and Project reconciliation', function () {
     await controller.start();
   });
 
+  afterEach(() => assert.deepEqual(fake.refused.filter((r) => r.endsWith(' 403')), [], 'the chart\'s Role grants every call the operator made'));
   after(async () => {
     await controller.stop();
     await fake.stop();
@@ -402,12 +403,19 @@ describe('operator: Instance and Project reconciliation', function () {
     await createInstance('inst-fg', { displayName: 'Foreground' });
     await eventually(() => assert.equal(condition('inst-fg', 'Ready')?.reason, 'SessionRunning'));
     podsDuringDelete = [];
-    await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-fg', propagationPolicy: 'Foreground' });
-    assert.ok(instance('inst-fg')?.metadata.finalizers.includes('foregroundDeletion'));
-    await eventually(async () => {
-      assert.equal(instance('inst-fg'), undefined);
-      assert.equal(await row('inst-fg'), undefined);
-    });
+    podsAtUnlinkMark = [];
+    fake.setGarbageCollectionDelay(500); // the real collector takes a moment too; the operator marks the record meanwhile
+    try {
+      await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-fg', propagationPolicy: 'Foreground' });
+      assert.ok(instance('inst-fg')?.metadata.finalizers.includes('foregroundDeletion'));
+      await eventually(async () => {
+        assert.equal(instance('inst-fg'), undefined);
+        assert.equal(await row('inst-fg'), undefined);
+      });
+    } finally {
+      fake.setGarbageCollectionDelay(50);
+    }
+    assert.equal(podsAtUnlinkMark[0], 1, 'the session was told it stops for a delete (it unlinks the phone)');
     assert.equal(pod('inst-fg'), undefined);
     assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-fg')), undefined);
     assert.ok(podsDuringDelete.length > 0 && podsDuringDelete.every((n) => n === 0), `the records went only once no session pod existed: ${podsDuringDelete}`);
@@ -445,24 +453,49 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(() => assert.equal(condition('inst-reborn', 'Ready')?.reason, 'SessionRunning'));
   });
 
-  it('deletes the records of an instance whose finalizer was removed by hand during its delete, and does not bring it back', async () => {
-    const secret = () => fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-forced'));
-    await createInstance('inst-forced', { displayName: 'Forced' });
-    await eventually(() => assert.equal(condition('inst-forced', 'Ready')?.reason, 'SessionRunning'));
-    failRecordDeletes = true; // the finalizer stops the session, then cannot delete the records
+  /** Deletes the Instance, lets its finalizer stop the session (its records cannot be deleted
+   *  meanwhile), then removes the finalizer by hand; resolves once the resource is gone and the
+   *  finalizer's retries have ended, records still there. */
+  async function deleteWithFinalizerRemovedByHand(name: string): Promise<void> {
+    await createInstance(name, { displayName: 'Forced' });
+    await eventually(() => assert.equal(condition(name, 'Ready')?.reason, 'SessionRunning'));
+    failRecordDeletes = true;
     try {
-      await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-forced' });
-      await eventually(() => assert.equal(pod('inst-forced'), undefined));
-      await eventually(async () => assert.ok((await row('inst-forced'))?.unlink_requested_at, 'its session was told to unlink'));
-      await kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-forced', body: { metadata: { finalizers: null } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+      await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name });
+      await eventually(() => assert.equal(pod(name), undefined));
+      await eventually(async () => assert.ok((await row(name))?.unlink_requested_at, 'its session was told to unlink'));
+      await kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name, body: { metadata: { finalizers: null } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+      await eventually(() => assert.equal(instance(name), undefined));
+      await new Promise((r) => setTimeout(r, 1000)); // a finalizer retry already under way ends (failing)
+      assert.ok(await row(name), 'the records are still there');
     } finally {
       failRecordDeletes = false;
     }
+  }
+
+  it('deletes the records of an instance whose finalizer was removed by hand during its delete, and does not bring it back', async () => {
+    // The operator writes its Instances with PUT; a PATCH of one is the test's removal of the
+    // finalizer, or the operator's apply for a record without a resource.
+    const applies = () => fake.requests.filter((r) => r === `PATCH /apis/${GROUP}/${VERSION}/namespaces/${NAMESPACE}/${INSTANCES}/inst-forced`).length;
+    await deleteWithFinalizerRemovedByHand('inst-forced');
     await eventually(async () => assert.equal(await row('inst-forced'), undefined));
-    await eventually(() => assert.equal(secret(), undefined, 'its Secret is collected'));
+    await eventually(() => assert.equal(fake.get('', 'v1', 'secrets', NAMESPACE, tokenSecretName('inst-forced')), undefined, 'its Secret is collected'));
     await new Promise((r) => setTimeout(r, 600)); // a few more database polls
     assert.equal(instance('inst-forced'), undefined, 'no resource comes back for it');
+    assert.equal(applies(), 1, 'none was created again, not even for a moment (the one PATCH removed the finalizer)');
     assert.equal(pod('inst-forced'), undefined);
+  });
+
+  it('starts an Instance applied again after such a delete as a new one: the begun delete is finished first', async () => {
+    await deleteWithFinalizerRemovedByHand('inst-again-applied');
+    const oldToken = (await t.db('instances').where({ id: 'inst-again-applied' }).first('token_hash')).token_hash;
+    await createInstance('inst-again-applied', { displayName: 'Applied again' }); // a GitOps sync, at once
+    await eventually(() => assert.equal(condition('inst-again-applied', 'Ready')?.reason, 'SessionRunning'));
+    const fresh = await t.db('instances').where({ id: 'inst-again-applied' }).first();
+    assert.equal(fresh.deletion_requested_at, null, 'not marked for deletion');
+    assert.equal(fresh.unlink_requested_at, null, 'its session will not unlink the phone when it stops');
+    assert.notEqual(fresh.token_hash, oldToken, 'a new instance: a new token');
+    assert.equal(fresh.name, 'Applied again');
   });
 
   it('takes over the session pod and token Secret an earlier resource of the same instance left to the garbage collector', async () => {
@@ -471,19 +504,21 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(() => assert.equal(condition('inst-again', 'Ready')?.reason, 'SessionRunning'));
     await eventually(() => assert.ok(secret()));
     const sessionPodUid = pod('inst-again')!.metadata.uid;
-    fake.setGarbageCollectionDelay(3000);
+    fake.setGarbageCollectionDelay(600_000); // the collector acts when the test says
     try {
       // Gone before the operator saw its delete: its record stays, so the operator creates the
       // resource again (a new uid) while the collector has yet to remove the old one's pod and Secret.
       fake.forceDelete(GROUP, VERSION, INSTANCES, NAMESPACE, 'inst-again');
-      await eventually(() => assert.ok(instance('inst-again'), 'created again for its record'), 2000);
+      await eventually(() => assert.ok(instance('inst-again'), 'created again for its record'));
       const uid = instance('inst-again')!.metadata.uid;
       await eventually(() => {
         assert.equal(pod('inst-again')?.metadata.ownerReferences?.[0]?.uid, uid);
         assert.equal(secret()?.metadata.ownerReferences?.[0]?.uid, uid);
-      }, 2000);
-      await new Promise((r) => setTimeout(r, 3500)); // the collector has acted
+      });
+      fake.collectGarbageNow();
+      await new Promise((r) => setTimeout(r, 300));
       assert.equal(pod('inst-again')?.metadata.uid, sessionPodUid, 'the same session pod serves it, never stopped');
+      assert.equal(pod('inst-again')?.metadata.deletionTimestamp, undefined);
       assert.equal(secret()?.metadata.ownerReferences?.[0]?.uid, uid);
       assert.equal(condition('inst-again', 'Ready')?.reason, 'SessionRunning');
     } finally {
