@@ -213,12 +213,12 @@ export class Controller {
    *  reconcile then finishes the delete itself, see ensureRecord). */
   private async finishDeletion(id: string): Promise<void> {
     if (await this.instanceReconciler.exists(this.o.namespace, id)) return;
-    if (await this.o.store.delete(id)) this.o.logger.info({ instance: id }, 'deleted the records of an instance whose resource was removed before its finalizer finished');
+    if (await this.o.store.delete(id, true)) this.o.logger.info({ instance: id }, 'finished the delete of an instance whose resource was removed before its finalizer finished');
   }
 
   private async createResourceFor(id: string): Promise<void> {
     const row = await this.o.store.find(id);
-    if (!row) return;
+    if (!row || row.deleting) return; // gone, or marked since the poll's read: finishDeletion's
     const body = {
       apiVersion: API_VERSION,
       kind: 'Instance',

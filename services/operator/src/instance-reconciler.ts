@@ -94,7 +94,13 @@ export class InstanceReconciler {
     if (row === 'deleted') return; // deleted through the API: the resource is being deleted too
     // The API changed the resource after it was read here: its watch event brings the new spec,
     // and nothing is started or stopped from the old one meanwhile.
-    if (row === 'overtaken' || row === 'held') return this.d.pollMs ?? 1000;
+    if (row === 'overtaken') return this.d.pollMs ?? 1000;
+    if (row === 'held') {
+      // The earlier resource's session still runs (a pod nobody stops: an etcd restore brought it
+      // back, or its delete orphaned it): stopped now, it unlinks, as that delete had asked.
+      await this.stopPod(instance, (await this.podState(instance)).state);
+      return this.d.pollMs ?? 1000;
+    }
     const secretNameTaken = !(await this.ensureTokenSecret(instance));
 
     const observed = await this.podState(instance);
@@ -180,8 +186,9 @@ export class InstanceReconciler {
     // delete is finished first (its session has unlinked the phone, and the record's marks would
     // unlink the next session too); this resource then starts as a new one.
     if (row?.deleting) {
-      if (!(await this.d.store.delete(id))) return 'held';
-      row = undefined;
+      if (!(await this.d.store.delete(id, true))) return 'held';
+      row = await this.d.store.find(id); // none, unless another path adopted one meanwhile
+      await this.d.events.record(instance, 'Warning', 'EarlierDeleteFinished', 'The records of an earlier resource of this name, whose delete had begun, were deleted; this one starts as a new instance.');
     }
     if (row) {
       // Checked even when the row matches this read: the API may have changed the resource and
@@ -283,7 +290,7 @@ export class InstanceReconciler {
     if (!pod) return { state: 'absent' };
     if (!isMadeFor(pod, instance)) return { state: 'foreign' };
     if (pod.metadata?.deletionTimestamp) return { state: this.isStuck(pod) ? await this.removeStuckPod(instance, pod) : 'terminating' };
-    if (!isOwnedBy(pod, instance)) await this.takeOverPod(instance, pod);
+    if (!isOwnedBy(pod, instance) && !instance.metadata.deletionTimestamp) await this.takeOverPod(instance, pod);
     const wanted = sessionPod(instance, this.d.session).metadata!.annotations![TEMPLATE_HASH_ANNOTATION];
     const finished = hasEnded(pod);
     const notReady = finished ? `it ended (${pod.status!.phase}).` : whyNotReady(pod);

@@ -154,12 +154,14 @@ export class InstanceStore {
   }
 
   /** Deletes the instance; its messages, events, keys and media rows go with it (ON DELETE
-   *  CASCADE). False, changing nothing, while a session still holds the instance. */
-  async delete(id: string): Promise<boolean> {
+   *  CASCADE). False, changing nothing, while a session still holds the instance. `onlyIfDeleting`:
+   *  only a record a finalizer began deleting (`deletion_requested_at`), judged under the lock, so
+   *  a record adopted meanwhile by a resource applied again is never the one deleted. */
+  async delete(id: string, onlyIfDeleting = false): Promise<boolean> {
     return this.db.transaction(async (trx) => {
       if (!(await lockUnheldInstance(trx, id)).unheld) return false;
-      await trx('auth_state').where({ instance_id: id }).delete(); // not a foreign key: deleted explicitly
-      await trx('instances').where({ id }).delete();
+      const deleted = await trx('instances').where({ id }).modify((q) => void (onlyIfDeleting && q.whereNotNull('deletion_requested_at'))).delete();
+      if (deleted) await trx('auth_state').where({ instance_id: id }).delete(); // not a foreign key: deleted explicitly
       return true;
     });
   }

@@ -61,10 +61,10 @@ describe('operator: Instance and Project reconciliation', function () {
         return super.markUnlinkRequested(id, reason);
       }
 
-      override async delete(id: string): Promise<boolean> {
+      override async delete(id: string, onlyIfDeleting?: boolean): Promise<boolean> {
         podsDuringDelete.push(fake.list('', 'v1', 'pods', NAMESPACE).filter((p) => p.metadata.name === sessionPodName(id)).length);
         if (failRecordDeletes) throw new Error('database unavailable');
-        return super.delete(id);
+        return super.delete(id, onlyIfDeleting);
       }
     })(t.db, t.crypto);
     kubectl = kubeConfigFor(fake.url).makeApiClient(CustomObjectsApi);
@@ -404,10 +404,13 @@ describe('operator: Instance and Project reconciliation', function () {
     await eventually(() => assert.equal(condition('inst-fg', 'Ready')?.reason, 'SessionRunning'));
     podsDuringDelete = [];
     podsAtUnlinkMark = [];
-    fake.setGarbageCollectionDelay(500); // the real collector takes a moment too; the operator marks the record meanwhile
+    fake.setGarbageCollectionDelay(600_000); // the real collector takes a moment; here it acts once the operator has marked the record
     try {
       await kubectl.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name: 'inst-fg', propagationPolicy: 'Foreground' });
       assert.ok(instance('inst-fg')?.metadata.finalizers.includes('foregroundDeletion'));
+      await eventually(() => assert.ok(podsAtUnlinkMark.length > 0));
+      fake.setGarbageCollectionDelay(50);
+      fake.collectGarbageNow();
       await eventually(async () => {
         assert.equal(instance('inst-fg'), undefined);
         assert.equal(await row('inst-fg'), undefined);
@@ -454,9 +457,10 @@ describe('operator: Instance and Project reconciliation', function () {
   });
 
   /** Deletes the Instance, lets its finalizer stop the session (its records cannot be deleted
-   *  meanwhile), then removes the finalizer by hand; resolves once the resource is gone and the
-   *  finalizer's retries have ended, records still there. */
-  async function deleteWithFinalizerRemovedByHand(name: string): Promise<void> {
+   *  meanwhile), then removes the finalizer by hand; once the resource is gone and the finalizer's
+   *  retries have ended, runs `meanwhile`, then lets records be deleted again. Resolves with the
+   *  record's token hash as it was. */
+  async function deleteWithFinalizerRemovedByHand(name: string, meanwhile?: () => Promise<void>): Promise<string> {
     await createInstance(name, { displayName: 'Forced' });
     await eventually(() => assert.equal(condition(name, 'Ready')?.reason, 'SessionRunning'));
     failRecordDeletes = true;
@@ -467,7 +471,10 @@ describe('operator: Instance and Project reconciliation', function () {
       await kubectl.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: NAMESPACE, plural: INSTANCES, name, body: { metadata: { finalizers: null } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
       await eventually(() => assert.equal(instance(name), undefined));
       await new Promise((r) => setTimeout(r, 1000)); // a finalizer retry already under way ends (failing)
-      assert.ok(await row(name), 'the records are still there');
+      const record = await row(name);
+      assert.ok(record, 'the records are still there');
+      await meanwhile?.();
+      return record.token_hash;
     } finally {
       failRecordDeletes = false;
     }
@@ -487,15 +494,27 @@ describe('operator: Instance and Project reconciliation', function () {
   });
 
   it('starts an Instance applied again after such a delete as a new one: the begun delete is finished first', async () => {
-    await deleteWithFinalizerRemovedByHand('inst-again-applied');
-    const oldToken = (await t.db('instances').where({ id: 'inst-again-applied' }).first('token_hash')).token_hash;
-    await createInstance('inst-again-applied', { displayName: 'Applied again' }); // a GitOps sync, at once
+    // Applied again (a GitOps sync) while the records still cannot be deleted: its reconcile, not
+    // the database poll (which skips a record whose resource it sees), finishes the earlier delete.
+    const oldToken = await deleteWithFinalizerRemovedByHand('inst-again-applied', async () => {
+      await createInstance('inst-again-applied', { displayName: 'Applied again' });
+      await eventually(() => assert.ok(instance('inst-again-applied')?.metadata.finalizers?.length, 'reconciled (its finalizer added)'));
+    });
     await eventually(() => assert.equal(condition('inst-again-applied', 'Ready')?.reason, 'SessionRunning'));
     const fresh = await t.db('instances').where({ id: 'inst-again-applied' }).first();
     assert.equal(fresh.deletion_requested_at, null, 'not marked for deletion');
     assert.equal(fresh.unlink_requested_at, null, 'its session will not unlink the phone when it stops');
     assert.notEqual(fresh.token_hash, oldToken, 'a new instance: a new token');
     assert.equal(fresh.name, 'Applied again');
+  });
+
+  it('takes over a session pod an orphaning delete left without owner, keeping the session', async () => {
+    await createInstance('inst-adopt-pod', { displayName: 'Adopts its pod' });
+    await eventually(() => assert.equal(condition('inst-adopt-pod', 'Ready')?.reason, 'SessionRunning'));
+    const podUid = pod('inst-adopt-pod')!.metadata.uid;
+    fake.mutate('', 'v1', 'pods', NAMESPACE, sessionPodName('inst-adopt-pod'), (p) => delete p.metadata.ownerReferences);
+    await eventually(() => assert.equal(pod('inst-adopt-pod')?.metadata.ownerReferences?.[0]?.uid, instance('inst-adopt-pod')!.metadata.uid));
+    assert.equal(pod('inst-adopt-pod')!.metadata.uid, podUid, 'the same pod, not a new one');
   });
 
   it('takes over the session pod and token Secret an earlier resource of the same instance left to the garbage collector', async () => {
