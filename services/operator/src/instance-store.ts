@@ -160,7 +160,8 @@ export class InstanceStore {
   async delete(id: string, onlyIfDeleting = false): Promise<boolean> {
     return this.db.transaction(async (trx) => {
       if (!(await lockUnheldInstance(trx, id)).unheld) return false;
-      const deleted = await trx('instances').where({ id }).modify((q) => void (onlyIfDeleting && q.whereNotNull('deletion_requested_at'))).delete();
+      const record = trx('instances').where({ id });
+      const deleted = await (onlyIfDeleting ? record.whereNotNull('deletion_requested_at') : record).delete();
       if (deleted) await trx('auth_state').where({ instance_id: id }).delete(); // not a foreign key: deleted explicitly
       return true;
     });
