@@ -455,7 +455,7 @@ export class FakeApiServer {
       const o = clone(current);
       if (gcFinalizer) {
         o.metadata.finalizers = [...(o.metadata.finalizers ?? []), gcFinalizer];
-        this.afterGcDelay(() => this.finishPropagation(route.typeKey, key, o.metadata.uid, gcFinalizer));
+        this.afterGcDelay(() => this.finishPropagation(key, o.metadata.uid, gcFinalizer));
       }
       o.metadata.deletionTimestamp = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
       if (o.metadata.generation !== undefined) o.metadata.generation += 1; // as the real server does on a graceful delete
@@ -612,7 +612,7 @@ export class FakeApiServer {
    *  are gone, their own finalizers and grace periods included. Orphan: the dependents lose their
    *  reference to it, and stay. Then the collector's finalizer is removed, and with it the owner
    *  when no other finalizer holds it. */
-  private finishPropagation(typeKey: string, key: string, ownerUid: string, finalizer: string): void {
+  private finishPropagation(key: string, ownerUid: string, finalizer: string): void {
     const owner = this.store.get(key);
     if (!owner || owner.metadata.uid !== ownerUid) return;
     const dependents = this.dependentsOf(ownerUid);
@@ -625,17 +625,11 @@ export class FakeApiServer {
       }
     } else if (dependents.length) {
       for (const [k, o] of dependents) if (!o.metadata.deletionTimestamp) this.remove(this.routeOf(k, o), {});
-      return this.afterGcDelay(() => this.finishPropagation(typeKey, key, ownerUid, finalizer));
+      return this.afterGcDelay(() => this.finishPropagation(key, ownerUid, finalizer));
     }
     const next = clone(owner);
     next.metadata.finalizers = owner.metadata.finalizers.filter((f: string) => f !== finalizer);
-    if (next.metadata.finalizers.length) {
-      this.save(typeKey, key, next, 'MODIFIED');
-    } else {
-      delete next.metadata.finalizers;
-      this.store.set(key, next);
-      this.destroy(typeKey, key);
-    }
+    this.commit(this.routeOf(key, owner), key, owner, next); // gone with its last finalizer
   }
 
   private publish(e: WatchEvent): void {
