@@ -190,13 +190,16 @@ describe('baileys driver: received messages and receipts under faults (the netwo
   }
 
   /** Runs `trigger` while `lock` holds what its write needs, then ends the connection of the
-   *  statement that waits for it, as a database restart or failover does. */
+   *  statement that waits for it, as a database restart or failover does. The terminate waits
+   *  for that backend to exit (its second argument), so the connection's end has reached the pool
+   *  before the test goes on: else the pool could hand the dying connection, its statement's
+   *  error already answered, to the test's next query (seen once: "Connection terminated"). */
   async function duringDatabaseRestart(lock: (holder: Knex.Transaction) => Promise<unknown>, trigger: () => Promise<unknown> | void): Promise<void> {
     const holder = await env.db.transaction();
     try {
       await lock(holder);
       await trigger();
-      await until(async () => (await env.db.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the write waits');
+      await until(async () => (await env.db.raw(`select pg_terminate_backend(pid, 5000) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)).rows.length > 0, 'the write waits');
     } finally {
       await holder.rollback();
     }
