@@ -70,7 +70,7 @@ export async function startDispatcher(args: DispatcherDeps & DispatcherOptions):
   let intake: Subscription | undefined;
   if (args.consumeEvents !== false) {
     try {
-      intake = await startIntake({ db, bus, log, schedule: config.webhookRetrySchedule, onPending: () => scheduler.kick(), handOff: scheduler }, args.intake);
+      intake = await startIntake({ db, bus, log, schedule: config.webhookRetrySchedule, onPending: (destinations) => scheduler.claimFor(destinations), handOff: scheduler }, args.intake);
     } catch (err) {
       await scheduler.stop();
       await liveness.stop();

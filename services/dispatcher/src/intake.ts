@@ -35,9 +35,9 @@ export interface IntakeDeps {
   bus: Bus;
   log: Logger;
   schedule: readonly number[];
-  /** Called after a pending delivery was written that was not handed off, so the local
-   *  scheduler claims it at once. */
-  onPending?: () => void;
+  /** Called with their destinations (URLs) after pending deliveries were written that were not
+   *  handed off, so the local scheduler claims them at once. */
+  onPending?: (destinations: string[]) => void;
   handOff?: DeliveryHandOff;
 }
 
@@ -57,15 +57,16 @@ export interface IntakeOptions {
 export type IntakeResult = 'awaiting_claim' | 'recorded' | 'instance_missing' | 'event_missing';
 
 type Routable = Pick<EventEnvelope, 'id' | 'instanceId' | 'type' | 'data'>;
+type RoutingDeps = Pick<IntakeDeps, 'db' | 'schedule' | 'handOff' | 'onPending'>;
 
 /** Routes one event and writes its delivery row (at most once per event). */
-export async function routeAndRecord(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelope: Routable): Promise<IntakeResult> {
+export async function routeAndRecord(deps: RoutingDeps, envelope: Routable): Promise<IntakeResult> {
   return (await routeAndRecordBatch(deps, [envelope]))[0];
 }
 
 /** routeAndRecord for a batch of events: one query for the instances' configuration, one for
  *  the delivery rows. */
-export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, envelopes: Routable[]): Promise<IntakeResult[]> {
+export async function routeAndRecordBatch(deps: RoutingDeps, envelopes: Routable[]): Promise<IntakeResult[]> {
   const { existing, instances, awaitingClaim } = await routeBatch(deps, envelopes);
   return envelopes.map((e) =>
     !instances.has(e.instanceId) ? 'instance_missing' : awaitingClaim.has(e.id) ? 'awaiting_claim' : existing.has(e.id) ? 'recorded' : 'event_missing',
@@ -73,7 +74,7 @@ export async function routeAndRecordBatch(deps: Pick<IntakeDeps, 'db' | 'schedul
 }
 
 async function routeBatch(
-  deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>,
+  deps: RoutingDeps,
   envelopes: Routable[],
 ): Promise<{ existing: Set<string>; instances: Set<string>; awaitingClaim: Set<string> }> {
   const result = { existing: new Set<string>(), instances: new Set<string>(), awaitingClaim: new Set<string>() };
@@ -88,7 +89,7 @@ async function routeBatch(
 }
 
 async function routeOnce(
-  deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>,
+  deps: RoutingDeps,
   envelopes: Routable[],
 ): Promise<{ existing: Set<string>; instances: Set<string>; awaitingClaim: Set<string>; rerouted: Set<string> }> {
   const configs = await loadRoutingConfigs(deps.db, [...new Set(envelopes.map((e) => e.instanceId))]);
@@ -113,8 +114,9 @@ async function routeOnce(
   }
   const { existing, inserted, claimed, rerouted } = await insertDeliveries(deps.db, rows, deps.handOff?.leaseOwner ?? null);
   if (claimed.length) deps.handOff!.adopt(claimed);
-  const awaitingClaim = new Set(rows.filter((r) => r.url !== null && r.leaseMs === undefined && inserted.has(r.eventId)).map((r) => r.eventId));
-  return { existing, instances: new Set(configs.keys()), awaitingClaim, rerouted };
+  const awaiting = rows.filter((r) => r.url !== null && r.leaseMs === undefined && inserted.has(r.eventId));
+  if (awaiting.length) deps.onPending?.([...new Set(awaiting.map((r) => r.url!))]);
+  return { existing, instances: new Set(configs.keys()), awaitingClaim: new Set(awaiting.map((r) => r.eventId)), rerouted };
 }
 
 /** Which rows of one batch are written claimed: those due at once whose destination the local
@@ -144,7 +146,7 @@ class LeasePlanner {
 export class IntakeBatcher {
   private readonly writer: CallBatcher<EventEnvelope, IntakeResult>;
 
-  constructor(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'handOff'>, maxBatch = 256) {
+  constructor(deps: RoutingDeps, maxBatch = 256) {
     this.writer = new CallBatcher((envelopes) => routeAndRecordBatch(deps, envelopes), maxBatch);
   }
 
@@ -165,7 +167,7 @@ export function parseEnvelope(data: Uint8Array): EventEnvelope | undefined {
 }
 
 /** Routes every event that has no delivery row yet, oldest first. Returns how many were routed. */
-export async function sweepUnroutedEvents(deps: Pick<IntakeDeps, 'db' | 'schedule' | 'log' | 'onPending' | 'handOff'>, batchSize = 500): Promise<number> {
+export async function sweepUnroutedEvents(deps: RoutingDeps & Pick<IntakeDeps, 'log'>, batchSize = 500): Promise<number> {
   let after: { position: string; id: string } | null = null;
   let routed = 0;
   for (;;) {
@@ -179,7 +181,6 @@ export async function sweepUnroutedEvents(deps: Pick<IntakeDeps, 'db' | 'schedul
     // One batch at a time, and the scheduler starts on each while the next one is routed.
     const results = await routeAndRecordBatch(deps, envelopes);
     routed += results.filter((r) => r === 'awaiting_claim' || r === 'recorded').length;
-    if (results.includes('awaiting_claim')) deps.onPending?.();
     if (events.length < batchSize) return routed;
     const last = events[events.length - 1];
     after = { position: last.position, id: last.id };
@@ -200,7 +201,6 @@ export async function startIntake(deps: IntakeDeps, opts: IntakeOptions = {}): P
         return;
       }
       const result = await batcher.route(envelope);
-      if (result === 'awaiting_claim') deps.onPending?.();
       // The relay publishes after commit, so a missing event row is a race or a deleted
       // instance: wait for it a few times, then let it go (the instance's events are gone too).
       if (result === 'event_missing' && msg.deliveryCount < maxMissing) throw new Error(`event ${envelope.id} not found yet`);

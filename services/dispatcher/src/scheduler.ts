@@ -123,15 +123,20 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  database's clock (which may be skewed from ours), ends at most leaseMs after that. */
   private readonly receivedAt = new WeakMap<ClaimedDelivery, number>();
   /** Destinations whose last claim took every due row it found: refilling them waits for news
-   *  (kick: new rows, the poll) instead of asking the database again after every attempt. */
+   *  (rows written for them, a retry come due, a kick, the poll) instead of asking the database
+   *  again after every attempt. */
   private readonly drained = new Set<string>();
-  /** Destinations whose finished attempts asked for the claim to come: it tells whether they are
-   *  drained too, although nothing of theirs is under way any more. */
-  private readonly asking = new Set<string>();
+  /** Destinations the next claim is for: finished attempts that ran low, retries come due, rows
+   *  the intake wrote. A claim names them rather than walking every destination with open
+   *  deliveries (see store.ts), which costs a probe per failing URL however few rows are due. */
+  private readonly wanted = new Set<string>();
+  /** Whether the next claim walks every destination: news of rows this scheduler cannot place
+   *  (the poll, a kick: other replicas, the retry endpoint, leases given back). */
+  private walkWanted = false;
   private timer: NodeJS.Timeout | undefined;
-  /** Due times (ms, rounded up to their grain) of retries the poll would serve late, and the one
-   *  timer armed for the earliest (see wakeUpIn). */
-  private readonly wakeUps = new Set<number>();
+  /** Due times (ms, rounded up to their grain) of retries the poll would serve late, with their
+   *  destinations, and the one timer armed for the earliest (see wakeUpIn). */
+  private readonly wakeUps = new Map<number, Set<string>>();
   private wakeUpTimer: { timer: NodeJS.Timeout; at: number } | undefined;
   private ticking: Promise<void> | undefined;
   private again = false;
@@ -159,30 +164,48 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.kick();
   }
 
-  /** Look for due deliveries now: there may be new ones (rows written, the poll). Calls coalesce. */
+  /** Look for due deliveries of every destination now: there may be new ones (the poll, rows
+   *  written elsewhere). Calls coalesce. */
   kick(): void {
     this.drained.clear();
+    this.walkWanted = true;
+    this.claimSoon();
+  }
+
+  /** Look for due deliveries of these destinations now (rows written for them). Calls coalesce. */
+  claimFor(destinations: Iterable<string>): void {
+    for (const key of destinations) {
+      this.drained.delete(key);
+      this.wanted.add(key);
+    }
     this.claimSoon();
   }
 
   /** A retry (or a breaker's probe) gets a wake-up of its own (see wakeUpTime), so it is not late
    *  by up to a poll interval: the schedule keeps its spacing however it compares to the poll. */
-  private wakeUpIn(ms: number): void {
+  private wakeUpIn(ms: number, destination: string): void {
     const at = wakeUpTime(Date.now(), ms, this.opts.pollIntervalMs);
     if (this.stopped || at === undefined) return;
-    this.wakeUps.add(at);
+    const due = this.wakeUps.get(at);
+    if (due) due.add(destination);
+    else this.wakeUps.set(at, new Set([destination]));
     this.armWakeUp();
   }
 
   /** One timer, for the earliest due time; when it fires it claims and re-arms for the next. */
   private armWakeUp(): void {
-    const next = Math.min(...this.wakeUps);
+    const next = Math.min(...this.wakeUps.keys());
     if (this.stopped || !Number.isFinite(next) || (this.wakeUpTimer && this.wakeUpTimer.at <= next)) return;
     clearTimeout(this.wakeUpTimer?.timer);
     const timer = setTimeout(() => {
       this.wakeUpTimer = undefined;
-      for (const at of this.wakeUps) if (at <= Date.now()) this.wakeUps.delete(at);
-      this.kick();
+      const due: string[] = [];
+      for (const [at, destinations] of this.wakeUps) {
+        if (at > Date.now()) continue;
+        due.push(...destinations);
+        this.wakeUps.delete(at);
+      }
+      this.claimFor(due);
       this.armWakeUp();
     }, next - Date.now() + 1); // +1: the rows are due by the time the claim reads the clock
     timer.unref();
@@ -261,14 +284,21 @@ export class DeliveryScheduler implements DeliveryHandOff {
     return n;
   }
 
+  /** Claims for the wanted destinations, or for every destination when a walk is wanted, until a
+   *  claim comes back short of its limit. What is wanted meanwhile waits for the next round. */
   private async tick(): Promise<void> {
+    // At the cap, what is wanted stays so: the attempt that frees a slot claims (walks) again.
+    if (this.inFlight.size >= this.opts.maxConcurrent) return;
+    const walk = this.walkWanted;
+    const asked = [...this.wanted];
+    this.walkWanted = false;
+    this.wanted.clear();
+    if (!walk && !asked.length) return;
     for (;;) {
       const capacity = this.opts.maxConcurrent - this.inFlight.size;
       if (this.stopped || capacity <= 0) return;
       const limit = Math.min(capacity, this.opts.claimBatchSize);
       const freeSlots = this.freeRoom();
-      const asked = [...this.asking];
-      this.asking.clear();
       const claims = await claimDueDeliveries(this.deps.db, {
         limit,
         leaseMs: this.opts.leaseMs,
@@ -277,24 +307,26 @@ export class DeliveryScheduler implements DeliveryHandOff {
         // A destination with nothing under way: its concurrency (it has answered nothing lately).
         perDestinationLimit: this.opts.perDestinationConcurrency,
         freeSlots,
+        onlyDestinations: walk ? undefined : asked,
       });
-      if (claims.length < limit) this.noteDrained(claims, freeSlots, asked);
+      if (claims.length < limit) this.noteDrained(claims, freeSlots, walk ? [...Object.keys(freeSlots), ...asked] : asked);
       this.received(claims);
       for (const claim of claims) await this.dispatch(claim);
       if (claims.length < limit) return;
     }
   }
 
-  /** After a claim that the overall limit did not cut short: a destination that got less than
-   *  its room has no more due rows (as of the claim). That includes the idle destinations that
-   *  asked for it: one whose deliveries all came handed off would otherwise ask after each one. */
-  private noteDrained(claims: ClaimedDelivery[], freeSlots: Record<string, number>, asked: string[]): void {
+  /** After a claim that the overall limit did not cut short: a destination it looked at that got
+   *  less than its room has no more due rows (as of the claim). That includes the idle
+   *  destinations it was for: one whose deliveries all came handed off would otherwise ask after
+   *  each one. */
+  private noteDrained(claims: ClaimedDelivery[], freeSlots: Record<string, number>, lookedAt: string[]): void {
     const got = new Map<string, number>();
     for (const claim of claims) {
       const key = destinationOf(claim);
       got.set(key, (got.get(key) ?? 0) + 1);
     }
-    for (const key of new Set([...Object.keys(freeSlots), ...got.keys(), ...asked])) {
+    for (const key of new Set([...lookedAt, ...got.keys()])) {
       const room = freeSlots[key] ?? this.opts.perDestinationConcurrency;
       if (room > 0 && (got.get(key) ?? 0) < room) this.drained.add(key);
       else this.drained.delete(key);
@@ -381,7 +413,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     if (!admission.allowed) {
       const dueAt = Math.max(admission.retryAt, claim.dueAt.getTime());
       await releaseClaim(this.deps.db, claim, new Date(dueAt));
-      this.wakeUpIn(dueAt - Date.now());
+      this.wakeUpIn(dueAt - Date.now(), key);
       return;
     }
     this.perDestination.set(key, (this.perDestination.get(key) ?? 0) + 1);
@@ -396,12 +428,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
       void this.startReady(key).catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: starting a waiting delivery failed'));
       // Claiming after every attempt would fetch a row or two per statement: refill a destination
       // once its waiting claims run low (unless its last claim found no more), and claim for
-      // others when the overall cap held them back.
+      // every destination when the overall cap held back others (which, it cannot tell).
       const runningLow = (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2 && !this.drained.has(key);
-      if (wasFull || (runningLow && !this.ticking)) {
-        this.asking.add(key);
-        this.claimSoon();
-      }
+      if (wasFull) this.walkWanted = true;
+      if (wasFull || (runningLow && !this.ticking)) this.claimFor([key]);
     });
     this.inFlight.add(running);
   }
@@ -447,7 +477,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     const retryInMs = retryDelayMs(this.deps.timing, attemptsMade, outcome.retryAfterMs);
     const recorded = await recordFailure(this.deps.db, claim, { statusCode: outcome.statusCode, error: outcome.error, retryInMs });
     if (!recorded) await recordCutOffAttempt(this.deps.db, claim, outcome.statusCode, outcome.error);
-    if (recorded && retryInMs !== undefined) this.wakeUpIn(retryInMs);
+    if (recorded && retryInMs !== undefined) this.wakeUpIn(retryInMs, destinationOf(claim));
     const exhausted = retryInMs === undefined;
     if (exhausted && recorded) this.deps.metrics?.webhookExhausted.inc();
     // A failed attempt is routine (the next one is scheduled); the last one is what an operator

@@ -38,25 +38,17 @@ export interface ClaimOptions {
   perDestinationLimit: number;
   /** ... or fewer for destinations with attempts under way (URL → free slots). */
   freeSlots?: Record<string, number>;
+  /** Claim for these destinations (URLs) alone; unset: for every destination. */
+  onlyDestinations?: string[];
 }
 
-/**
- * Claims due deliveries, at most `perDestinationLimit` (or the destination's free slots) per
- * destination, so a backlog for one receiver is never claimed only to be handed back. The oldest
- * of those candidates, up to the overall limit, are then locked FOR UPDATE SKIP LOCKED (and
- * checked again: another replica may have claimed them meanwhile), so a claim locks only the rows
- * it takes, however many destinations have due rows. The same statement returns what the attempt
- * sends (body, trace context, sealed secret), read at claim time.
- */
-export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
-  // `destinations` walks the distinct destinations (URLs) with open deliveries through the index
-  // deliveries_due_by_url_key (one probe each), keyed by md5(url) because a URL can be longer than
-  // an index entry may be; `candidates` takes each one's oldest due rows, as many as it has room
-  // for. A saturated or dead destination's backlog is never scanned. Two URLs with one md5 would
-  // only share a walk step, never hide each other's rows.
-  // Lease values are truncated to milliseconds so they survive the round trip through a JS Date.
-  const result = await db.raw(
-    `WITH RECURSIVE destinations AS (
+// Which destinations a claim looks at. Walking them all walks the distinct destinations (URLs)
+// with open deliveries through the index deliveries_due_by_url_key (one probe each), keyed by
+// md5(url) because a URL can be longer than an index entry may be; two URLs with one md5 would
+// only share a walk step, never hide each other's rows. Its cost grows with the destinations that
+// have open deliveries, due or not (a probe each: ≈ 25 ms for 5,000 failing URLs, docs/performance.md
+// §35), so the scheduler walks only when it cannot know where rows are due; otherwise it names them.
+const EVERY_DESTINATION = `
        (SELECT md5(url) AS key, url FROM deliveries
         WHERE status IN ('pending', 'retrying') AND url IS NOT NULL
         ORDER BY md5(url) LIMIT 1)
@@ -66,7 +58,14 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
          SELECT md5(d.url) AS key, d.url FROM deliveries d
          WHERE d.status IN ('pending', 'retrying') AND d.url IS NOT NULL AND md5(d.url) > destinations.key
          ORDER BY md5(d.url) LIMIT 1
-       ) next
+       ) next`;
+const NAMED_DESTINATIONS = `SELECT DISTINCT md5(url) AS key, url FROM unnest(?::text[]) AS named(url)`;
+
+// `candidates` takes each destination's oldest due rows, as many as it has room for, so a
+// saturated or dead destination's backlog is never scanned. Lease values are truncated to
+// milliseconds so they survive the round trip through a JS Date.
+const claimStatement = (destinations: string) =>
+  `WITH RECURSIVE destinations AS (${destinations}
      ), candidates AS (
        SELECT c.event_id, c.due_at FROM destinations
        CROSS JOIN LATERAL (
@@ -91,9 +90,24 @@ export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<
      FROM lease, due LEFT JOIN events e ON e.id = due.event_id LEFT JOIN instances i ON i.id = e.instance_id
      WHERE d.event_id = due.event_id
      RETURNING d.event_id, d.instance_id, d.url, d.attempts, due.due_at, d.next_attempt_at AS lease_until,
-               e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`,
-    [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseOwner],
-  ).options(prepared('dispatcher_claim_due_leased'));
+               e.id AS found_event, e.body, e.trace_context, i.webhook_secret_sealed`;
+const CLAIM_FROM_EVERY_DESTINATION = claimStatement(EVERY_DESTINATION);
+const CLAIM_FROM_NAMED_DESTINATIONS = claimStatement(NAMED_DESTINATIONS);
+
+/**
+ * Claims due deliveries, at most `perDestinationLimit` (or the destination's free slots) per
+ * destination, so a backlog for one receiver is never claimed only to be handed back. The oldest
+ * of those candidates, up to the overall limit, are then locked FOR UPDATE SKIP LOCKED (and
+ * checked again: another replica may have claimed them meanwhile), so a claim locks only the rows
+ * it takes, however many destinations have due rows. The same statement returns what the attempt
+ * sends (body, trace context, sealed secret), read at claim time. With `onlyDestinations`, only
+ * those destinations' rows are claimed, and no other destination is looked at.
+ */
+export async function claimDueDeliveries(db: Knex, opts: ClaimOptions): Promise<ClaimedDelivery[]> {
+  const rest = [JSON.stringify(opts.freeSlots ?? {}), opts.perDestinationLimit, opts.excludeDestinations, opts.limit, opts.leaseMs, opts.leaseOwner];
+  const result = opts.onlyDestinations
+    ? await db.raw(CLAIM_FROM_NAMED_DESTINATIONS, [opts.onlyDestinations, ...rest]).options(prepared('dispatcher_claim_due_named'))
+    : await db.raw(CLAIM_FROM_EVERY_DESTINATION, rest).options(prepared('dispatcher_claim_due_leased'));
   return (result.rows as any[])
     .map((r) => ({
       eventId: r.event_id,

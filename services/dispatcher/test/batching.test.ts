@@ -43,6 +43,27 @@ describe('dispatcher batching (PostgreSQL)', () => {
     assert.ok(open.every((r) => r.attempts === 0));
   });
 
+  it('claims for named destinations alone, within their free slots, however many others have due rows', async () => {
+    const named = await createInstance(db, { webhook: { url: 'https://named.example/hook' } });
+    const busy = await createInstance(db, { webhook: { url: 'https://busy.example/hook' } });
+    const other = await createInstance(db, { webhook: { url: 'https://other.example/hook' } });
+    for (const inst of [named, busy, other]) for (let i = 0; i < 4; i++) await recordRoutedEvent(db, inst.id);
+
+    const claims = await claimDueDeliveries(db, {
+      limit: 32,
+      leaseMs: 60_000,
+      leaseOwner: 'replica-test',
+      excludeDestinations: [],
+      perDestinationLimit: 3,
+      freeSlots: { 'https://busy.example/hook': 1 },
+      onlyDestinations: ['https://named.example/hook', 'https://busy.example/hook', 'https://named.example/hook', 'https://idle.example/hook'],
+    });
+    assert.deepEqual(claims.map((c) => c.instanceId).sort(), [named.id, named.id, named.id, busy.id].sort());
+    assert.ok(claims.every((c) => c.material?.body), 'with what the attempt sends');
+    const due = await db('deliveries').where('next_attempt_at', '<=', db.fn.now()).select('instance_id');
+    assert.equal(due.filter((r) => r.instance_id === other.id).length, 4, 'the destination not named is untouched');
+  });
+
   it('skips excluded destinations (URLs, however many share a host), and takes the oldest due rows overall', async () => {
     const dead = await createInstance(db, { webhook: { url: 'https://Dead.Example:8443/hook?x=1' } });
     const ok = await createInstance(db, { webhook: { url: 'https://dead.example:8443/other-hook' } });

@@ -415,6 +415,48 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     }
   });
 
+  it('walks every destination only when it cannot tell where rows are due: refills, retries and the intake\'s rows name theirs', async () => {
+    await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+    // Destinations that keep failing: open deliveries, none due for an hour. A walk probes each.
+    for (let i = 0; i < 20; i++) {
+      const failing = await createInstance(db, { webhook: { url: receiver.url(`/failing-${i}`) } });
+      const event = await recordRoutedEvent(db, failing.id);
+      await db('deliveries').where({ event_id: event.id }).update({ status: 'retrying', attempts: 3, next_attempt_at: db.raw("now() + interval '1 hour'") });
+    }
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/named') } });
+    receiver.respondWith((req) => ({ status: req.path === '/named' && receiver.requests.filter((r) => r.path === '/named').length === 1 ? 500 : 200 }));
+    const claims = { walks: 0, named: 0 };
+    const countClaims = (q: { sql: string }) => {
+      if (!q.sql.includes('WITH RECURSIVE destinations')) return;
+      if (q.sql.includes('AS named(url)')) claims.named++;
+      else claims.walks++;
+    };
+    db.on('query', countClaims);
+    try {
+      // No poll: the start walks once; then only named destinations are claimed for.
+      const { scheduler } = start(db, { perDestinationConcurrency: 2, claimBatchSize: 4, pollIntervalMs: 600_000 });
+      await waitFor('the start\'s walk', () => claims.walks === 1);
+      const events: EventEnvelope[] = [];
+      for (let i = 0; i < 9; i++) {
+        // Written due and not handed off: the intake names its destination to the scheduler.
+        const envelope = await recordTestEvent(db, inst.id);
+        assert.equal(await routeAndRecord({ db, schedule: FAST_SCHEDULE, onPending: (urls) => scheduler.claimFor(urls) }, envelope), 'awaiting_claim');
+        events.push(envelope);
+      }
+      // The first attempt fails: its retry's wake-up claims it again.
+      for (const e of events) await waitForStatus(db, e.id, 'delivered');
+      assert.equal(receiver.requests.filter((r) => r.path === '/named').length, 10);
+      assert.equal(claims.walks, 1, `walks: ${claims.walks}, named claims: ${claims.named}`);
+      assert.ok(claims.named >= 2, `named claims: ${claims.named}`);
+      assert.equal(receiver.requests.filter((r) => r.path.startsWith('/failing-')).length, 0, 'nothing due for the failing destinations');
+
+      scheduler.kick(); // news it cannot place (the retry endpoint, another replica's rows): a walk
+      await waitFor('the kick\'s walk', () => claims.walks === 2);
+    } finally {
+      db.off('query', countClaims);
+    }
+  });
+
   it('refuses a lease that does not exceed the attempt time-out', () => {
     assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });

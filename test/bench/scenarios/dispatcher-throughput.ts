@@ -27,6 +27,9 @@ export const PER_DESTINATION_CONCURRENCY = Number(process.env.BENCH_DISPATCH_CON
 /** Dispatcher replicas (BENCH_DISPATCHERS, default 1; the chart deploys 2). The cap is per replica,
  *  so the loop then posts with as many requests in flight as all replicas together may. */
 export const DISPATCHER_REPLICAS = Number(process.env.BENCH_DISPATCHERS ?? 1);
+/** Destinations that keep failing (BENCH_FAILING_DESTINATIONS, default 0): one open delivery
+ *  each, not due while the scenario runs, for what they cost the claims (performance.md §35). */
+const FAILING_DESTINATIONS = Number(process.env.BENCH_FAILING_DESTINATIONS ?? 0);
 
 export async function measureDispatcher(bench: BenchCluster, events: number, progress: (l: string) => void): Promise<DispatcherFigures> {
   const receiver = await startHttpsReceiver();
@@ -44,6 +47,7 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
       });
     }
     await relay.flush();
+    if (FAILING_DESTINATIONS > 0) await recordFailingDestinations(db, (await createInstance(admin, 'bench failing')).id, FAILING_DESTINATIONS);
     // The baseline first, while nothing else runs: after the dispatcher has delivered, it is still
     // writing results, which would slow a loop measured then.
     const bodies = (await db('events').where({ instance_id: inst.id }).orderBy('created_at').select('id', 'body')) as { id: string; body: string }[];
@@ -78,6 +82,17 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
     await db.destroy();
     await receiver.close();
   }
+}
+
+/** `count` deliveries to as many URLs, retrying in an hour, as destinations that keep failing leave. */
+async function recordFailingDestinations(db: ReturnType<typeof openDatabase>, instanceId: string, count: number): Promise<void> {
+  await db.raw(`INSERT INTO events (id, instance_id, type, body) SELECT 'evt_failing_' || g, ?, 'message.sent', '{}' FROM generate_series(1, ?) g`, [instanceId, count]);
+  await db.raw(
+    `INSERT INTO deliveries (event_id, instance_id, status, url, attempts, next_attempt_at)
+     SELECT 'evt_failing_' || g, ?, 'retrying', 'https://failing-' || g || '.example/hook', 3, now() + interval '1 hour' FROM generate_series(1, ?) g`,
+    [instanceId, count],
+  );
+  await db.raw('ANALYZE deliveries');
 }
 
 /** Where the time between first and last arrival went: the longest pauses between arrivals. */
