@@ -133,6 +133,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Whether the next claim walks every destination: news of rows this scheduler cannot place
    *  (the poll, a kick: other replicas, the retry endpoint, leases given back). */
   private walkWanted = false;
+  /** Destinations whose attempts finished running low while a claim round was under way: once it
+   *  ends, those it did not refill are claimed for (a round names only its own destinations). */
+  private readonly refillAfterRound = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   /** Due times (ms, rounded up to their grain) of retries the poll would serve late, with their
    *  destinations, and the one timer armed for the earliest (see wakeUpIn). */
@@ -223,6 +226,13 @@ export class DeliveryScheduler implements DeliveryHandOff {
       .catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: claiming deliveries failed; will retry'))
       .finally(() => {
         this.ticking = undefined;
+        // Refills that waited for this round: it may have named other destinations only.
+        for (const key of this.refillAfterRound) {
+          if (!this.runningLow(key)) continue;
+          this.wanted.add(key);
+          this.again = true;
+        }
+        this.refillAfterRound.clear();
         if (this.again) {
           this.again = false;
           this.claimSoon();
@@ -294,6 +304,17 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.walkWanted = false;
     this.wanted.clear();
     if (!walk && !asked.length) return;
+    try {
+      await this.claimUntilShort(walk, asked);
+    } catch (err) {
+      // What this round was for stays wanted: the next round asks again (the poll walks anyway).
+      if (walk) this.walkWanted = true;
+      for (const key of asked) this.wanted.add(key);
+      throw err;
+    }
+  }
+
+  private async claimUntilShort(walk: boolean, asked: string[]): Promise<void> {
     for (;;) {
       const capacity = this.opts.maxConcurrent - this.inFlight.size;
       if (this.stopped || capacity <= 0) return;
@@ -340,6 +361,11 @@ export class DeliveryScheduler implements DeliveryHandOff {
   private roomFor(key: string, waiting = this.readyCount()): number {
     const prefetching = waiting < this.opts.claimBatchSize * WAITING_BATCHES && this.responsive.isResponsive(key);
     return this.opts.perDestinationConcurrency + (prefetching ? this.opts.claimBatchSize : 0);
+  }
+
+  /** Whether a destination's waiting claims run low while it may have more due rows. */
+  private runningLow(key: string): boolean {
+    return (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2 && !this.drained.has(key);
   }
 
   private heldBy(key: string): number {
@@ -427,11 +453,12 @@ export class DeliveryScheduler implements DeliveryHandOff {
       else this.perDestination.delete(key);
       void this.startReady(key).catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: starting a waiting delivery failed'));
       // Claiming after every attempt would fetch a row or two per statement: refill a destination
-      // once its waiting claims run low (unless its last claim found no more), and claim for
-      // every destination when the overall cap held back others (which, it cannot tell).
-      const runningLow = (this.ready.get(key)?.length ?? 0) <= this.opts.claimBatchSize / 2 && !this.drained.has(key);
+      // once its waiting claims run low (unless its last claim found no more), after the claim
+      // round under way if there is one, and claim for every destination when the overall cap
+      // held back others (which, it cannot tell).
       if (wasFull) this.walkWanted = true;
-      if (wasFull || (runningLow && !this.ticking)) this.claimFor([key]);
+      if (wasFull || (this.runningLow(key) && !this.ticking)) this.claimFor([key]);
+      else if (this.runningLow(key)) this.refillAfterRound.add(key);
     });
     this.inFlight.add(running);
   }

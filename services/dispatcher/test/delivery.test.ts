@@ -39,6 +39,34 @@ function startScheduler(
   };
 }
 
+/** The database, with claim statements that can be made slow or fail once: to place an event
+ *  inside a claim, or to lose one as a database restart would. */
+function claimsUnderControl(db: Knex): { db: Knex; delayMs: number; failNext: boolean; made: number } {
+  const control = { db, delayMs: 0, failNext: false, made: 0 };
+  control.db = new Proxy(db, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop);
+      if (prop !== 'raw') return typeof value === 'function' ? value.bind(target) : value;
+      return (sql: string, bindings: readonly Knex.RawBinding[]) => {
+        const raw = target.raw(sql, bindings);
+        if (!sql.includes('WITH RECURSIVE destinations')) return raw;
+        const run = async (options: Readonly<Record<string, unknown>>) => {
+          await new Promise((resolve) => setTimeout(resolve, control.delayMs));
+          if (control.failNext) {
+            control.failNext = false;
+            throw new Error('Connection terminated unexpectedly (test)');
+          }
+          const result = await raw.options(options);
+          control.made++;
+          return result;
+        };
+        return { options: run };
+      };
+    },
+  });
+  return control;
+}
+
 describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
   this.timeout(30_000);
   let db: Knex;
@@ -455,6 +483,42 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     } finally {
       db.off('query', countClaims);
     }
+  });
+
+  it('refills a destination whose attempt finished while a claim for other destinations ran', async () => {
+    await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+    let answerFirst!: () => void;
+    const firstAnswered = new Promise<void>((resolve) => (answerFirst = resolve));
+    receiver.respondWith((req) => (req.path === '/a' && receiver.requests.filter((r) => r.path === '/a').length === 1 ? { status: 200, until: firstAnswered } : { status: 200 }));
+    const a = await createInstance(db, { webhook: { url: receiver.url('/a') } });
+    const others = [await createInstance(db, { webhook: { url: receiver.url('/b') } }), await createInstance(db, { webhook: { url: receiver.url('/c') } })];
+    const rowsOfA = [];
+    for (let i = 0; i < 3; i++) rowsOfA.push(await recordRoutedEvent(db, a.id));
+
+    const claims = claimsUnderControl(db);
+    const { scheduler } = start(claims.db, { perDestinationConcurrency: 1, claimBatchSize: 2, pollIntervalMs: 600_000 });
+    await receiver.waitForRequests(1, 5000, (r) => r.path === '/a');
+    for (const inst of others) await recordRoutedEvent(db, inst.id);
+    claims.delayMs = 300; // so that A's attempt surely finishes during the next claim
+    scheduler.claimFor([receiver.url('/b'), receiver.url('/c')]); // the intake's rows
+    answerFirst(); // A has two rows left, and there is no poll
+    for (const e of rowsOfA) await waitForStatus(db, e.id, 'delivered');
+  });
+
+  it('claims again for the destinations of a claim that failed', async () => {
+    await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+    const [x, y] = [await createInstance(db, { webhook: { url: receiver.url('/x') } }), await createInstance(db, { webhook: { url: receiver.url('/y') } })];
+    const claims = claimsUnderControl(db);
+    const { scheduler } = start(claims.db, { pollIntervalMs: 600_000 });
+    await waitFor('the start\'s walk', () => claims.made === 1);
+    const forX = await recordRoutedEvent(db, x.id);
+    claims.failNext = true; // the database goes away for a moment
+    scheduler.claimFor([receiver.url('/x')]);
+    await waitFor('the failed claim', () => !claims.failNext);
+    const forY = await recordRoutedEvent(db, y.id);
+    scheduler.claimFor([receiver.url('/y')]);
+    await waitForStatus(db, forY.id, 'delivered');
+    await waitForStatus(db, forX.id, 'delivered'); // without a poll
   });
 
   it('refuses a lease that does not exceed the attempt time-out', () => {
