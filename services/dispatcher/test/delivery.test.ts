@@ -521,6 +521,15 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     await waitForStatus(db, forX.id, 'delivered'); // without a poll
   });
 
+  it('spaces the poll\'s walks when they are dear, to a twentieth of the time', async () => {
+    const claims = claimsUnderControl(db);
+    claims.delayMs = 100; // every walk as dear as one over 20,000 destinations with open deliveries
+    start(claims.db, { pollIntervalMs: 10 });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    // Back to back, about 13 walks would run; spaced, the second comes 2 s after the first.
+    assert.ok(claims.made <= 2, `walks: ${claims.made}`);
+  });
+
   it('refuses a lease that does not exceed the attempt time-out', () => {
     assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });
