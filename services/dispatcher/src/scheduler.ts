@@ -68,8 +68,10 @@ export function wakeUpTime(now: number, ms: number, pollIntervalMs: number): num
   return Math.ceil((now + Math.max(0, ms)) / grain) * grain;
 }
 
-/** The most of the time the poll's walks may take (see poll). */
+/** The most of the time the poll's walks may take (see poll), and the longest spacing that gives
+ *  them (a database slow for a moment must not keep the poll away for long). */
 const POLL_WALK_SHARE = 0.05;
+const MAX_POLL_SPACING_MS = 30_000;
 
 /** Claims waiting for a slot, in all destinations, are capped at this many claim batches. */
 const WAITING_BATCHES = 4;
@@ -139,8 +141,10 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Destinations whose attempts finished running low while a claim round was under way: once it
    *  ends, those it did not refill are claimed for (a round names only its own destinations). */
   private readonly refillAfterRound = new Set<string>();
-  /** When the last walk began and how long it took, on the local monotonic clock (see poll). */
+  /** When the last walk began and how long it took, on the local monotonic clock, and whether
+   *  one is under way (see poll). */
   private lastWalk = { startedAt: -Infinity, tookMs: 0 };
+  private walking = false;
   private timer: NodeJS.Timeout | undefined;
   /** Due times (ms, rounded up to their grain) of retries the poll would serve late, with their
    *  destinations, and the one timer armed for the earliest (see wakeUpIn). */
@@ -184,9 +188,13 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  of the time (a walk probes every destination with open deliveries: 100 ms with 20,000 URLs
    *  that keep failing). What it finds, others' rows, is then found later, never lost. */
   private poll(): void {
-    const { startedAt, tookMs } = this.lastWalk;
-    if ((performance.now() - startedAt) * POLL_WALK_SHARE < tookMs) return;
+    if (this.walking || performance.now() - this.lastWalk.startedAt < this.pollSpacingMs()) return;
     this.kick();
+  }
+
+  /** How far apart the poll's walks are: the poll interval, or more when walks are dear. */
+  private pollSpacingMs(): number {
+    return Math.max(this.opts.pollIntervalMs, Math.min(this.lastWalk.tookMs / POLL_WALK_SHARE, MAX_POLL_SPACING_MS));
   }
 
   /** Look for due deliveries of these destinations now (rows written for them). Calls coalesce. */
@@ -201,7 +209,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** A retry (or a breaker's probe) gets a wake-up of its own (see wakeUpTime), so it is not late
    *  by up to a poll interval: the schedule keeps its spacing however it compares to the poll. */
   private wakeUpIn(ms: number, destination: string): void {
-    const at = wakeUpTime(Date.now(), ms, this.opts.pollIntervalMs);
+    const at = wakeUpTime(Date.now(), ms, this.pollSpacingMs());
     if (this.stopped || at === undefined) return;
     const due = this.wakeUps.get(at);
     if (due) due.add(destination);
@@ -318,6 +326,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     this.walkWanted = false;
     this.wanted.clear();
     if (!walk && !asked.length) return;
+    this.walking = walk;
     try {
       await this.claimUntilShort(walk, asked);
     } catch (err) {
@@ -325,6 +334,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
       if (walk) this.walkWanted = true;
       for (const key of asked) this.wanted.add(key);
       throw err;
+    } finally {
+      this.walking = false;
     }
   }
 
@@ -448,7 +459,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       // Waited too long behind a slow destination: its lease could end mid-attempt and let
       // another replica start the same delivery. Give it back as due; a fresh claim takes it.
       await releaseClaim(this.deps.db, claim, claim.dueAt);
-      this.drained.delete(key);
+      this.claimFor([key]);
       return;
     }
     const admission = this.breakers.admit(key);

@@ -525,9 +525,23 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     const claims = claimsUnderControl(db);
     claims.delayMs = 100; // every walk as dear as one over 20,000 destinations with open deliveries
     start(claims.db, { pollIntervalMs: 10 });
-    await new Promise((resolve) => setTimeout(resolve, 1500));
-    // Back to back, about 13 walks would run; spaced, the second comes 2 s after the first.
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    // Back to back, about 20 walks would run; spaced, the second begins 2 s after the first did
+    // (and no poll during a walk adds one right after it).
     assert.ok(claims.made <= 2, `walks: ${claims.made}`);
+  });
+
+  it('claims again at once what waited too long for a slot and was handed back', async () => {
+    await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+    receiver.respondWith(() => ({ status: 200, delayMs: 400 }));
+    const inst = await createInstance(db, { webhook: { url: receiver.url('/stale') } });
+    const events: EventEnvelope[] = [];
+    for (let i = 0; i < 6; i++) events.push(await recordRoutedEvent(db, inst.id));
+    // One slot, answers in 400 ms: claims waiting behind it outlive what their lease allows.
+    const { scheduler } = start(db, { perDestinationConcurrency: 1, leaseMs: 1200, attemptTimeoutMs: 700, egress: { timeoutMs: 700 }, pollIntervalMs: 600_000 });
+    await receiver.waitForRequests(2, 5000);
+    scheduler.kick(); // a walk claims ahead for the destination, now quick to answer
+    for (const e of events) await waitForStatus(db, e.id, 'delivered'); // without a poll
   });
 
   it('refuses a lease that does not exceed the attempt time-out', () => {
