@@ -319,8 +319,6 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Claims for the wanted destinations, or for every destination when a walk is wanted, until a
    *  claim comes back short of its limit. What is wanted meanwhile waits for the next round. */
   private async tick(): Promise<void> {
-    // At the cap, what is wanted stays so: the attempt that frees a slot claims (walks) again.
-    if (this.inFlight.size >= this.opts.maxConcurrent) return;
     const walk = this.walkWanted;
     const asked = [...this.wanted];
     this.walkWanted = false;
@@ -330,19 +328,24 @@ export class DeliveryScheduler implements DeliveryHandOff {
     try {
       await this.claimUntilShort(walk, asked);
     } catch (err) {
-      // What this round was for stays wanted: the next round asks again (the poll walks anyway).
-      if (walk) this.walkWanted = true;
-      for (const key of asked) this.wanted.add(key);
+      this.wantAgain(walk, asked); // the next round asks again (the poll walks anyway)
       throw err;
     } finally {
       this.walking = false;
     }
   }
 
+  /** What a round did not finish stays wanted. */
+  private wantAgain(walk: boolean, asked: string[]): void {
+    if (walk) this.walkWanted = true;
+    for (const key of asked) this.wanted.add(key);
+  }
+
   private async claimUntilShort(walk: boolean, asked: string[]): Promise<void> {
     for (;;) {
       const capacity = this.opts.maxConcurrent - this.inFlight.size;
-      if (this.stopped || capacity <= 0) return;
+      if (this.stopped) return;
+      if (capacity <= 0) return this.wantAgain(walk, asked); // the attempt that frees a slot asks
       const limit = Math.min(capacity, this.opts.claimBatchSize);
       const freeSlots = this.freeRoom();
       const started = performance.now();
@@ -481,9 +484,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
       void this.startReady(key).catch((err) => this.deps.log.warn({ err: String(err) }, 'dispatcher: starting a waiting delivery failed'));
       // Claiming after every attempt would fetch a row or two per statement: refill a destination
       // once its waiting claims run low (unless its last claim found no more), after the claim
-      // round under way if there is one, and claim for every destination when the overall cap
-      // held back others (which, it cannot tell).
-      if (wasFull) this.walkWanted = true;
+      // round under way if there is one. At the overall cap, it also runs what the cap held back
+      // (rounds that stopped at it keep what they were for wanted, a walk included).
       if (wasFull || (this.runningLow(key) && !this.ticking)) this.claimFor([key]);
       else if (this.runningLow(key)) this.refillAfterRound.add(key);
     });

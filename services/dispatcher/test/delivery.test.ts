@@ -544,6 +544,36 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     for (const e of events) await waitForStatus(db, e.id, 'delivered'); // without a poll
   });
 
+  it('at the overall cap, walks again only for a walk the cap cut short, not after every attempt', async () => {
+    await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+    receiver.respondWith((r) => (r.path.startsWith('/hanging') ? { blackHole: true } : { status: 200 }));
+    const hanging = [await createInstance(db, { webhook: { url: receiver.url('/hanging-1') } }), await createInstance(db, { webhook: { url: receiver.url('/hanging-2') } })];
+    const later = await createInstance(db, { webhook: { url: receiver.url('/later') } });
+    const schedule = [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000];
+    let walks = 0;
+    const countWalks = (q: { sql: string }) => void (q.sql.includes('WITH RECURSIVE destinations') && !q.sql.includes('AS named(url)') && walks++);
+    db.on('query', countWalks);
+    try {
+      const { scheduler } = start(db, { schedule, maxConcurrent: 2, breakerThreshold: 100, egress: { timeoutMs: 150 }, pollIntervalMs: 600_000 });
+      await waitFor('the start\'s walk', () => walks === 1);
+      // The intake hands both hanging URLs a delivery: the cap is full, no walk cut short.
+      const handOff = async () => {
+        for (const inst of hanging) assert.equal(await routeAndRecord({ db, schedule, handOff: scheduler }, await recordTestEvent(db, inst.id)), 'recorded');
+      };
+      await handOff();
+      await waitFor('both attempts timed out', async () => (await db('deliveries').whereIn('instance_id', hanging.map((h) => h.id)).where({ status: 'retrying' })).length === 2);
+      assert.equal(walks, 1, 'no walk after the attempt that freed a slot of the full cap');
+
+      // Full again, and a row nobody named (as the poll finds): the kick's walk waits for a slot.
+      await handOff();
+      const event = await recordRoutedEvent(db, later.id);
+      scheduler.kick();
+      await waitForStatus(db, event.id, 'delivered');
+    } finally {
+      db.off('query', countWalks);
+    }
+  });
+
   it('refuses a lease that does not exceed the attempt time-out', () => {
     assert.throws(() => startScheduler(db, { leaseMs: 1000, attemptTimeoutMs: 1000 }), /leaseMs \(1000\) must exceed attemptTimeoutMs \(1000\)/);
   });
