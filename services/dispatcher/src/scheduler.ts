@@ -486,8 +486,9 @@ export class DeliveryScheduler implements DeliveryHandOff {
       // once its waiting claims run low (unless its last claim found no more), after the claim
       // round under way if there is one. At the overall cap, it also runs what the cap held back
       // (rounds that stopped at it keep what they were for wanted, a walk included).
-      if (wasFull || (this.runningLow(key) && !this.ticking)) this.claimFor([key]);
-      else if (this.runningLow(key)) this.refillAfterRound.add(key);
+      const runningLow = this.runningLow(key);
+      if (wasFull || (runningLow && !this.ticking)) this.claimFor([key]);
+      else if (runningLow) this.refillAfterRound.add(key);
     });
     this.inFlight.add(running);
   }

@@ -39,6 +39,26 @@ function startScheduler(
   };
 }
 
+/** Counts the claim statements made on `db` until stop(): walks over every destination and
+ *  claims for named ones. */
+function countClaims(db: Knex): { walks: number; named: number; readonly all: number; stop(): void } {
+  const onQuery = (q: { sql: string }) => {
+    if (!q.sql.includes('WITH RECURSIVE destinations')) return;
+    if (q.sql.includes('AS named(url)')) counter.named++;
+    else counter.walks++;
+  };
+  const counter = {
+    walks: 0,
+    named: 0,
+    get all() {
+      return counter.walks + counter.named;
+    },
+    stop: () => void db.off('query', onQuery),
+  };
+  db.on('query', onQuery);
+  return counter;
+}
+
 /** The database, with claim statements that can be made slow or fail once: to place an event
  *  inside a claim, or to lose one as a database restart would. */
 function claimsUnderControl(db: Knex): { db: Knex; delayMs: number; failNext: boolean; made: number } {
@@ -399,9 +419,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     const inst = await createInstance(db, { webhook: { url: receiver.url('/drained') } });
     const events: EventEnvelope[] = [];
     for (let i = 0; i < 3; i++) events.push(await recordRoutedEvent(db, inst.id));
-    let claims = 0;
-    const countClaims = (q: { sql: string }) => void (q.sql.includes('WITH RECURSIVE destinations') && claims++);
-    db.on('query', countClaims);
+    const claims = countClaims(db);
     try {
       // No poll: only the start, finished attempts and kicks can start a claim.
       const { scheduler } = start(db, { perDestinationConcurrency: 2, claimBatchSize: 8, pollIntervalMs: 600_000 });
@@ -409,23 +427,21 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
       await new Promise((r) => setTimeout(r, 100));
       // The first claim fills the two slots; the first answer makes room for a claim batch, and
       // that claim takes the third row and finds no more: the other two attempts claim nothing.
-      assert.equal(claims, 2, 'no claim after an attempt once the destination was found drained');
+      assert.equal(claims.all, 2, 'no claim after an attempt once the destination was found drained');
 
       const late = await recordRoutedEvent(db, inst.id);
       scheduler.kick(); // what the intake does after writing a row it did not hand off
       await waitForStatus(db, late.id, 'delivered');
-      assert.equal(claims, 3);
+      assert.equal(claims.all, 3);
     } finally {
-      db.off('query', countClaims);
+      claims.stop();
     }
   });
 
   it('does not ask the database after each handed-off delivery once their destination was found drained', async () => {
     await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
     const inst = await createInstance(db, { webhook: { url: receiver.url('/handed-off') } });
-    let claims = 0;
-    const countClaims = (q: { sql: string }) => void (q.sql.includes('WITH RECURSIVE destinations') && claims++);
-    db.on('query', countClaims);
+    const claims = countClaims(db);
     try {
       const { scheduler } = start(db, { pollIntervalMs: 600_000 });
       // Steady low traffic: each event is routed while the scheduler has room, so the intake
@@ -437,9 +453,9 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
         await new Promise((r) => setTimeout(r, 50));
       }
       // The start's claim, and one after the first attempt that finds the destination drained.
-      assert.ok(claims <= 2, `claims: ${claims}`);
+      assert.ok(claims.all <= 2, `claims: ${claims.all}`);
     } finally {
-      db.off('query', countClaims);
+      claims.stop();
     }
   });
 
@@ -453,13 +469,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     }
     const inst = await createInstance(db, { webhook: { url: receiver.url('/named') } });
     receiver.respondWith((req) => ({ status: req.path === '/named' && receiver.requests.filter((r) => r.path === '/named').length === 1 ? 500 : 200 }));
-    const claims = { walks: 0, named: 0 };
-    const countClaims = (q: { sql: string }) => {
-      if (!q.sql.includes('WITH RECURSIVE destinations')) return;
-      if (q.sql.includes('AS named(url)')) claims.named++;
-      else claims.walks++;
-    };
-    db.on('query', countClaims);
+    const claims = countClaims(db);
     try {
       // No poll: the start walks once; then only named destinations are claimed for.
       const { scheduler } = start(db, { perDestinationConcurrency: 2, claimBatchSize: 4, pollIntervalMs: 600_000 });
@@ -481,7 +491,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
       scheduler.kick(); // news it cannot place (the retry endpoint, another replica's rows): a walk
       await waitFor('the kick\'s walk', () => claims.walks === 2);
     } finally {
-      db.off('query', countClaims);
+      claims.stop();
     }
   });
 
@@ -550,19 +560,17 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     const hanging = [await createInstance(db, { webhook: { url: receiver.url('/hanging-1') } }), await createInstance(db, { webhook: { url: receiver.url('/hanging-2') } })];
     const later = await createInstance(db, { webhook: { url: receiver.url('/later') } });
     const schedule = [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000];
-    let walks = 0;
-    const countWalks = (q: { sql: string }) => void (q.sql.includes('WITH RECURSIVE destinations') && !q.sql.includes('AS named(url)') && walks++);
-    db.on('query', countWalks);
+    const claims = countClaims(db);
     try {
       const { scheduler } = start(db, { schedule, maxConcurrent: 2, breakerThreshold: 100, egress: { timeoutMs: 150 }, pollIntervalMs: 600_000 });
-      await waitFor('the start\'s walk', () => walks === 1);
+      await waitFor('the start\'s walk', () => claims.walks === 1);
       // The intake hands both hanging URLs a delivery: the cap is full, no walk cut short.
       const handOff = async () => {
         for (const inst of hanging) assert.equal(await routeAndRecord({ db, schedule, handOff: scheduler }, await recordTestEvent(db, inst.id)), 'recorded');
       };
       await handOff();
       await waitFor('both attempts timed out', async () => (await db('deliveries').whereIn('instance_id', hanging.map((h) => h.id)).where({ status: 'retrying' })).length === 2);
-      assert.equal(walks, 1, 'no walk after the attempt that freed a slot of the full cap');
+      assert.equal(claims.walks, 1, 'no walk after the attempt that freed a slot of the full cap');
 
       // Full again, and a row nobody named (as the poll finds): the kick's walk waits for a slot.
       await handOff();
@@ -570,7 +578,7 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
       scheduler.kick();
       await waitForStatus(db, event.id, 'delivered');
     } finally {
-      db.off('query', countWalks);
+      claims.stop();
     }
   });
 
