@@ -61,8 +61,8 @@ function countClaims(db: Knex): { walks: number; named: number; readonly all: nu
 
 /** The database, with claim statements that can be made slow or fail once: to place an event
  *  inside a claim, or to lose one as a database restart would. */
-function claimsUnderControl(db: Knex): { db: Knex; delayMs: number; failNext: boolean; made: number } {
-  const control = { db, delayMs: 0, failNext: false, made: 0 };
+function claimsUnderControl(db: Knex): { db: Knex; delayMs: number; failNext: boolean } {
+  const control = { db, delayMs: 0, failNext: false };
   control.db = new Proxy(db, {
     get(target, prop) {
       const value = Reflect.get(target, prop);
@@ -76,9 +76,7 @@ function claimsUnderControl(db: Knex): { db: Knex; delayMs: number; failNext: bo
             control.failNext = false;
             throw new Error('Connection terminated unexpectedly (test)');
           }
-          const result = await raw.options(options);
-          control.made++;
-          return result;
+          return raw.options(options);
         };
         return { options: run };
       };
@@ -519,26 +517,36 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
     const [x, y] = [await createInstance(db, { webhook: { url: receiver.url('/x') } }), await createInstance(db, { webhook: { url: receiver.url('/y') } })];
     const claims = claimsUnderControl(db);
-    const { scheduler } = start(claims.db, { pollIntervalMs: 600_000 });
-    await waitFor('the start\'s walk', () => claims.made === 1);
-    const forX = await recordRoutedEvent(db, x.id);
-    claims.failNext = true; // the database goes away for a moment
-    scheduler.claimFor([receiver.url('/x')]);
-    await waitFor('the failed claim', () => !claims.failNext);
-    const forY = await recordRoutedEvent(db, y.id);
-    scheduler.claimFor([receiver.url('/y')]);
-    await waitForStatus(db, forY.id, 'delivered');
-    await waitForStatus(db, forX.id, 'delivered'); // without a poll
+    const made = countClaims(db);
+    try {
+      const { scheduler } = start(claims.db, { pollIntervalMs: 600_000 });
+      await waitFor('the start\'s walk', () => made.walks === 1);
+      const forX = await recordRoutedEvent(db, x.id);
+      claims.failNext = true; // the database goes away for a moment
+      scheduler.claimFor([receiver.url('/x')]);
+      await waitFor('the failed claim', () => !claims.failNext);
+      const forY = await recordRoutedEvent(db, y.id);
+      scheduler.claimFor([receiver.url('/y')]);
+      await waitForStatus(db, forY.id, 'delivered');
+      await waitForStatus(db, forX.id, 'delivered'); // without a poll
+    } finally {
+      made.stop();
+    }
   });
 
   it('spaces the poll\'s walks when they are dear, to a twentieth of the time', async () => {
     const claims = claimsUnderControl(db);
     claims.delayMs = 100; // every walk as dear as one over 20,000 destinations with open deliveries
-    start(claims.db, { pollIntervalMs: 10 });
-    await new Promise((resolve) => setTimeout(resolve, 2500));
-    // Back to back, about 20 walks would run; spaced, the second begins 2 s after the first did
-    // (and no poll during a walk adds one right after it).
-    assert.ok(claims.made <= 2, `walks: ${claims.made}`);
+    const made = countClaims(db);
+    try {
+      start(claims.db, { pollIntervalMs: 10 });
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      // Back to back, about 20 walks would run; spaced, the second begins 2 s after the first did
+      // (and no poll during a walk adds one right after it).
+      assert.ok(made.walks <= 2, `walks: ${made.walks}`);
+    } finally {
+      made.stop();
+    }
   });
 
   it('claims again at once what waited too long for a slot and was handed back', async () => {
