@@ -208,6 +208,7 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
       }
       assert.equal((await post('application/json; charset=utf-8', '{"name":"With charset"}')).status, 201);
       assert.equal((await post('application/merge-patch+json', '{"name":"A +json type"}')).status, 201);
+      assert.equal((await post('application/json', '\ufeff{"name":"After a byte order mark"}')).status, 201);
       // Bytes that are not UTF-8 JSON are refused, not stored with their letters replaced.
       const raw = async (headers: Record<string, string>, bytes: Buffer, code: string) => {
         const res = await fetch(`${t.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${t.adminKey}`, 'content-type': 'application/json', ...headers }, body: new Uint8Array(bytes) as Uint8Array<ArrayBuffer> });

@@ -80,7 +80,8 @@ function declaresCompression(ctx: Context): boolean {
   return !['', 'identity'].includes(ctx.get('content-encoding').trim().toLowerCase()) || transferCodings.some((c) => c !== 'chunked');
 }
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+// A leading byte order mark is dropped (RFC 8259 §8.1 lets parsers ignore it; some clients add one).
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /** The spec's bodies are JSON: application/json or a +json type; a body without a declared type
  *  is read as JSON. A declared type that is not a media type at all (`;;;`) is not. */
