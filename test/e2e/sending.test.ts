@@ -409,6 +409,8 @@ for (const mode of modes) {
       const again = await t.admin.post(`/api/instances/${fresh.id}/pairing-code`, { phone: '5511900000005' });
       assert.equal(again.status, 429);
       assert.ok(Number(again.headers.get('retry-after')) >= 1);
+      const rateHeaders = ['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset'].map((h) => again.headers.get(h));
+      assert.deepEqual(rateHeaders, ['1', '0', again.headers.get('retry-after')], 'the headers describe the pairing limit, not the per-address one');
       assert.equal(again.headers.get('cache-control'), 'no-store', 'a refusal of this route is not stored either');
       assert.match(again.body.detail, /one pairing code per minute/, 'the default interval, named');
       assert.equal((await t.admin.post(`/sandbox/instances/${fresh.id}/pair`, { code: code.body.code })).status, 200);

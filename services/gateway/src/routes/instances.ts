@@ -252,8 +252,13 @@ async function claimPairingSlot(deps: GatewayDeps, id: string): Promise<void> {
     const row = await deps.db('instances').where({ id }).first('last_pairing_at');
     if (!row) throw problems.notFound('The instance'); // deleted meanwhile
     const waitMs = Math.max(1000, new Date(row.last_pairing_at).getTime() + interval - Date.now());
+    const waitSeconds = String(Math.ceil(waitMs / 1000));
+    // The RateLimit-* headers describe the limit that refused, not the per-address one beside it.
     throw new Problem(429, 'pairing_rate_limited', `Only one pairing code per ${describeInterval(interval)} may be requested for an instance.`, undefined, {
-      'Retry-After': String(Math.ceil(waitMs / 1000)),
+      'Retry-After': waitSeconds,
+      'RateLimit-Limit': '1',
+      'RateLimit-Remaining': '0',
+      'RateLimit-Reset': waitSeconds,
     });
   }
 }
