@@ -10,9 +10,8 @@ import type { ServiceName } from '../../../scripts/build.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
 
 /** The built embedded server on `dataDir`, any port, the sandbox network. `onOutput` sees its
- *  stdout so far after each chunk (and the child, to signal it); resolves once it has ended. */
-/** Runs the built server until it exits; `onOutput` sees its stdout so far (to stop it). No time
- *  limit of its own: a first start creates a database, which a busy machine makes slow. */
+ *  stdout so far after each chunk (and the child, to signal it); resolves once it has ended. No
+ *  time limit of its own: a first start creates a database, which a busy machine makes slow. */
 async function runServer(dataDir: string, onOutput: (out: string, child: ChildProcess) => void, env: Record<string, string> = {}) {
   const child = spawn(process.execPath, [await builtService('server')], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', NETWORK_DRIVER: 'sandbox', LOG_LEVEL: 'warn', ...env },
