@@ -50,7 +50,7 @@ lint: install
 test: install system-deps services
 	@echo "==> type-check"
 	npx tsc -p tsconfig.json
-	@echo "==> tests"
+	@echo "==> tests ($(TEST_JOBS) files at a time; each file's results print when it ends)"
 	NODE_EXTRA_CA_CERTS=$(CURDIR)/test/fixtures/tls/ca.pem npx mocha --parallel --jobs $(TEST_JOBS) $(TEST_SPEC)
 
 bench: install services
