@@ -6,7 +6,8 @@ NODE := node --import tsx
 TEST_SPEC := "test/e2e/**/*.test.ts" "test/chaos/**/*.test.ts" "services/*/test/**/*.test.ts"
 # Test files run side by side, each in a process of its own (most of a test's time is waiting
 # for timers, sockets and other processes); every suite makes its own database and NATS streams.
-TEST_JOBS ?= 3
+# One more than the cores, at most 4 (PostgreSQL's 100 connections are shared by all of them).
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
 
 .PHONY: run build test lint typecheck bench chaos install system-deps services
 
