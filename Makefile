@@ -6,8 +6,9 @@ NODE := node --import tsx
 TEST_SPEC := "test/e2e/**/*.test.ts" "test/chaos/**/*.test.ts" "services/*/test/**/*.test.ts"
 # Test files run side by side, each in a process of its own (most of a test's time is waiting
 # for timers, sockets and other processes); every suite makes its own database and NATS streams.
-# One more than the cores, at most 4 (PostgreSQL's 100 connections are shared by all of them).
-TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
+# One more than the cores, at most 3: all of them share PostgreSQL's 100 connections (up to 57
+# seen in use with 3).
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 3 ? n + 1 : 3 )))
 
 .PHONY: run build test lint typecheck bench chaos install system-deps services
 
