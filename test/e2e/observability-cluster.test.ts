@@ -6,8 +6,6 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -18,59 +16,10 @@ import { builtService } from '../support/built.ts';
 import { freePort } from '../support/server.ts';
 import { ApiClient, eventually } from '../support/http.ts';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver.ts';
-import { SpanSet, assertOneTrace, sendAndDeliver, type SpanRecord } from './observability-support.ts';
+import { startOtlpCollector, type OtlpCollector } from '../support/otlp-collector.ts';
+import { SpanSet, assertOneTrace, sendAndDeliver } from './observability-support.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
-
-/** An OTLP/HTTP JSON trace receiver: keeps every span it is sent. */
-async function startCollector(): Promise<{ url: string; spans: SpanRecord[]; close(): Promise<void> }> {
-  const spans: SpanRecord[] = [];
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      try {
-        spans.push(...fromOtlpJson(JSON.parse(Buffer.concat(chunks).toString('utf8'))));
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-      } catch {
-        res.writeHead(400).end();
-      }
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`,
-    spans,
-    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
-  };
-}
-
-type OtlpValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
-const valueOf = (v: OtlpValue) => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue));
-const attributesOf = (list: { key: string; value: OtlpValue }[] = []) => Object.fromEntries(list.map((a) => [a.key, valueOf(a.value)]));
-
-function fromOtlpJson(body: any): SpanRecord[] {
-  const out: SpanRecord[] = [];
-  for (const rs of body.resourceSpans ?? []) {
-    const resource = attributesOf(rs.resource?.attributes);
-    const service = String(resource['service.name']);
-    for (const ss of rs.scopeSpans ?? []) {
-      for (const s of ss.spans ?? []) {
-        out.push({
-          traceId: s.traceId,
-          spanId: s.spanId,
-          parentSpanId: s.parentSpanId || undefined,
-          name: s.name,
-          kind: (s.kind ?? 1) - 1, // OTLP kinds start at 1 (INTERNAL); the API's at 0
-          service,
-          attributes: attributesOf(s.attributes),
-          resource,
-        });
-      }
-    }
-  }
-  return out;
-}
 
 async function startProcess(name: ServiceName, env: Record<string, string>, output: string[]): Promise<ChildProcess> {
   const child = spawn(process.execPath, [await builtService(name)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -94,7 +43,7 @@ describe('observability (cluster mode: three processes, NATS headers)', function
   const namespace = testNamespace();
   const output: string[] = [];
   const children: ChildProcess[] = [];
-  let collector: Awaited<ReturnType<typeof startCollector>>;
+  let collector: OtlpCollector;
   let receiver: HttpsReceiver;
   let database: { url: string; drop(): Promise<void> };
   let dataDir: string;
@@ -104,7 +53,7 @@ describe('observability (cluster mode: three processes, NATS headers)', function
   let dispatcherHealthPort: number;
 
   before(async () => {
-    collector = await startCollector();
+    collector = await startOtlpCollector();
     receiver = await startHttpsReceiver();
     database = await createTestDatabase();
     dataDir = mkdtempSync(join(tmpdir(), 'sb-obs-cluster-'));
