@@ -1,9 +1,10 @@
-// Recording an event is one statement (events row + outbox row), optionally after a guard insert
-// (issue 10, inbound path): the rows exist together or not at all, a guard that inserts nothing
-// (a duplicate) writes nothing, and a failing statement leaves no partial rows behind.
+// Recording an event is one statement (events row + outbox row); recording many after a guard
+// insert (issue 10, inbound path) is one statement too: the rows exist together or not at all, an
+// event whose guard row was not inserted (a duplicate) writes nothing, and a failing statement
+// leaves no partial rows behind.
 import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
-import { migrate, openDatabase, recordEvent, recordEventAfter } from '../src/index.ts';
+import { migrate, openDatabase, recordEvent, recordKeyedEvents } from '../src/index.ts';
 import { createTestDatabase } from '../../../test/support/services.ts';
 
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
@@ -23,8 +24,15 @@ describe('single-statement event recording', () => {
   });
   after(async () => drop());
 
-  const incoming = (messageId: string, text: string) =>
-    db('incoming').insert({ id: `in-${messageId}-${text}`, instance_id: 'inst-a', message_id: messageId, type: 'text', text }).onConflict(['instance_id', 'message_id']).ignore().returning('id');
+  /** The guard of the inbound path: incoming rows, each new one returning its message id as key. */
+  const incoming = (messages: [messageId: string, text: string][]) =>
+    db('incoming')
+      .insert(messages.map(([messageId, text]) => ({ id: `in-${messageId}-${text}`, instance_id: 'inst-a', message_id: messageId, type: 'text', text })))
+      .onConflict(['instance_id', 'message_id'])
+      .ignore()
+      .returning(db.raw('message_id as key'))
+      .toSQL();
+  const received = (messageId: string) => ({ key: messageId, instanceId: 'inst-a', type: 'message.received' as const, data: { messageId } });
   const count = async (table: string, where: Record<string, unknown> = {}) => Number((await db(table).where(where).count({ n: '*' }).first())!.n);
 
   it('recordEvent writes the events row and its outbox row with the same body and trace context', async () => {
@@ -40,23 +48,25 @@ describe('single-statement event recording', () => {
     assert.deepEqual(outbox.headers, { traceparent: row.trace_context });
   });
 
-  it('recordEventAfter records the event only when the guard inserted its row', async () => {
-    const first = await recordEventAfter(db, incoming('m1', 'first'), { instanceId: 'inst-a', type: 'message.received', data: { messageId: 'm1' } });
+  it('recordKeyedEvents records the events whose guard rows were inserted, in the order given', async () => {
+    const [first] = await recordKeyedEvents(db, incoming([['m1', 'first']]), [received('m1')]);
     assert.ok(first);
-    const again = await recordEventAfter(db, incoming('m1', 'again'), { instanceId: 'inst-a', type: 'message.received', data: { messageId: 'm1' } });
+    const [again, m2, m3] = await recordKeyedEvents(db, incoming([['m1', 'again'], ['m2', 'x'], ['m3', 'y']]), [received('m1'), received('m2'), received('m3')]);
     assert.equal(again, null);
+    assert.ok(m2 && m3);
     assert.equal(await count('incoming', { message_id: 'm1' }), 1);
     assert.equal((await db('incoming').where({ message_id: 'm1' }).first()).text, 'first');
-    assert.equal(await count('events', { type: 'message.received' }), 1);
-    assert.equal(await count('outbox', { subject: 'evt.inst-a.message.received' }), 1);
+    assert.equal(await count('events', { type: 'message.received' }), 3);
     assert.deepEqual((await db('outbox').where({ msg_id: first.id }).first()).headers, {});
+    const announced = await db('outbox').where({ subject: 'evt.inst-a.message.received' }).orderBy('seq').pluck('msg_id');
+    assert.deepEqual(announced, [first.id, m2.id, m3.id]);
+    assert.equal((await db('outbox').where({ msg_id: m3.id }).first()).payload, JSON.stringify(m3));
   });
 
   it('a failing statement leaves none of its rows (the guard rolls back with it)', async () => {
     const events = await count('events');
     // The event row violates the instances foreign key: the guard's incoming row must not stay.
-    const guard = db('incoming').insert({ id: 'in-orphan', instance_id: 'inst-a', message_id: 'm-orphan', type: 'text' }).returning('id');
-    await assert.rejects(recordEventAfter(db, guard, { instanceId: 'no-such-instance', type: 'message.received', data: {} }));
+    await assert.rejects(recordKeyedEvents(db, incoming([['m-orphan', 'x']]), [{ ...received('m-orphan'), instanceId: 'no-such-instance' }]));
     assert.equal(await count('incoming', { message_id: 'm-orphan' }), 0);
     assert.equal(await count('events'), events);
   });

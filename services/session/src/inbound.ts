@@ -2,7 +2,7 @@
 // row (once per message id, so a redelivered message is recorded once), its media is archived,
 // and a `message.received` event is recorded in the same statement as the row.
 import type { Knex } from 'knex';
-import { isDatabaseUnavailable, newId, recordEvent, recordEventAfter, toStorableText, type InboundMedia, type InboundMessage, type Logger, type PresenceUpdate, withDeadline } from '@switchboard/core';
+import { batchGatherMs, CallBatcher, eventSpanAttributes, injectTraceparent, inSpan, isDatabaseUnavailable, newId, recordEvent, recordKeyedEvents, toStorableText, withDeadline, type InboundMedia, type InboundMessage, type Logger, type NewEvent, type PresenceUpdate, type Span } from '@switchboard/core';
 import type { MediaArchive } from './media-archive.ts';
 
 export interface InboundDeps {
@@ -27,40 +27,111 @@ interface StoredMediaInfo {
   error?: string;
 }
 
-/** Records one inbound message. Returns false when it had been recorded before. */
-export async function recordInbound(deps: InboundDeps, received: InboundMessage): Promise<boolean> {
+/** At most this many messages in one statement. */
+const MAX_BATCH = 256;
+
+/** An inbound message ready to be written: its incoming row and its event. */
+interface PreparedInbound {
+  incoming: Record<string, unknown> & { message_id: string };
+  event: NewEvent;
+  /** The media archived for it, if any. */
+  mediaId: string | null;
+}
+
+/**
+ * Records inbound messages in the order they are handed over, each once per message id (a
+ * redelivered message is recorded once). A message's media is archived first; then its incoming
+ * row, and only if it is new its event and outbox rows, are written. Messages handed over while a
+ * statement runs are written together by the next one, so a burst costs a statement per batch,
+ * not one per message, and the next message need not wait for the previous one's commit.
+ */
+export class InboundRecorder {
+  private readonly writer: CallBatcher<PreparedInbound, boolean | Error>;
+  /** Messages are prepared one after another, so they reach the writer in the order given. */
+  private preparing: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly deps: InboundDeps) {
+    this.writer = new CallBatcher((batch) => writeInbound(deps.db, batch), MAX_BATCH, batchGatherMs(deps.db));
+  }
+
+  /** Resolves once the message is recorded: true, or false when it had been recorded before. */
+  async record(received: InboundMessage): Promise<boolean> {
+    const queued = this.preparing.then(async () => {
+      const prepared = await prepareInbound(this.deps, received);
+      // A span per message around its share of the statement; its context is stored with the
+      // event, so the webhook attempts join the message's trace.
+      return { written: prepared ? inSpan('record event', { attributes: eventSpanAttributes(prepared.event) }, (span) => this.write(prepared, span)) : Promise.resolve(false) };
+    });
+    this.preparing = queued.catch(() => undefined);
+    return (await queued).written;
+  }
+
+  private async write(prepared: PreparedInbound, span: Span): Promise<boolean> {
+    const recorded = await this.writer.submit({ ...prepared, event: { ...prepared.event, traceContext: injectTraceparent() } });
+    if (recorded instanceof Error) throw recorded;
+    if (!recorded) span.setAttribute('switchboard.event.recorded', false);
+    if (!recorded && prepared.mediaId) this.deps.log.debug({ mediaId: prepared.mediaId }, 'inbound: duplicate message, its media copy is left to retention');
+    return recorded;
+  }
+}
+
+/** The incoming row and event of a message, its media archived; null when a message with media
+ *  was recorded before (the look-up saves downloading it again). */
+async function prepareInbound(deps: InboundDeps, received: InboundMessage): Promise<PreparedInbound | null> {
   const msg = storableMessage(received);
-  // The look-up only saves downloading a duplicate's media; without media the insert below
-  // (ON CONFLICT … IGNORE) detects a duplicate by itself, one round trip fewer per message.
-  if (msg.media && (await alreadyRecorded(deps, msg.messageId))) return false;
+  if (msg.media && (await alreadyRecorded(deps, msg.messageId))) return null;
   const fromApi = msg.fromApi ?? (msg.fromMe && (await deps.isOwnSend(msg.messageId)));
   const media = msg.media ? await archiveMedia(deps, msg.media) : undefined;
+  const incoming = {
+    id: newId('in'),
+    instance_id: deps.instanceId,
+    message_id: msg.messageId,
+    from: msg.from,
+    phone: msg.phone,
+    chat_lid: msg.chatLid,
+    participant: msg.participant,
+    from_me: msg.fromMe,
+    from_api: fromApi,
+    name: msg.name,
+    type: msg.type,
+    text: msg.text,
+    media: media ? JSON.stringify(media) : null,
+  };
+  return { incoming, event: { instanceId: deps.instanceId, type: 'message.received', data: eventData(deps, msg, fromApi, media) }, mediaId: media?.mediaId ?? null };
+}
 
-  // One statement (autocommit): the incoming row, and only if it was new (ON CONFLICT … IGNORE
-  // returns no row for a message recorded before), its event and outbox rows.
-  const incoming = deps.db('incoming')
-    .insert({
-      id: newId('in'),
-      instance_id: deps.instanceId,
-      message_id: msg.messageId,
-      from: msg.from,
-      phone: msg.phone,
-      chat_lid: msg.chatLid,
-      participant: msg.participant,
-      from_me: msg.fromMe,
-      from_api: fromApi,
-      name: msg.name,
-      type: msg.type,
-      text: msg.text,
-      media: media ? JSON.stringify(media) : null,
-    })
+/** The batch in one statement; if the database refuses it, each message on its own, in order, so
+ *  that a message it cannot store fails alone, not with the messages that came with it. */
+async function writeInbound(db: Knex, batch: PreparedInbound[]): Promise<(boolean | Error)[]> {
+  try {
+    return await writeTogether(db, batch);
+  } catch (err) {
+    if (batch.length === 1 || isDatabaseUnavailable(err)) throw err;
+    const results: (boolean | Error)[] = [];
+    for (const p of batch) results.push(await writeTogether(db, [p]).then(([recorded]) => recorded, (e: unknown) => (e instanceof Error ? e : new Error(String(e)))));
+    return results;
+  }
+}
+
+/**
+ * One statement (autocommit) for the batch: the incoming rows, and for those that were new (ON
+ * CONFLICT … DO NOTHING returns no row for a message recorded before) their event and outbox rows,
+ * in the batch's order. A message id twice in one batch is recorded by its first copy.
+ */
+async function writeTogether(db: Knex, batch: PreparedInbound[]): Promise<boolean[]> {
+  const first = new Map<string, PreparedInbound>();
+  for (const p of batch) if (!first.has(p.incoming.message_id)) first.set(p.incoming.message_id, p);
+  const unique = [...first.values()];
+  const guard = db
+    .insert(unique.map((p) => p.incoming))
+    .into('incoming')
     .onConflict(['instance_id', 'message_id'])
     .ignore()
-    .returning('id');
-  const event = await recordEventAfter(deps.db, incoming, { instanceId: deps.instanceId, type: 'message.received', data: eventData(deps, msg, fromApi, media) });
-  const recorded = event !== null;
-  if (!recorded && media?.mediaId) deps.log.debug({ mediaId: media.mediaId }, 'inbound: duplicate message, its media copy is left to retention');
-  return recorded;
+    .returning(db.raw('message_id as key'))
+    .toSQL();
+  const envelopes = await recordKeyedEvents(db, guard, unique.map((p) => ({ ...p.event, key: p.incoming.message_id })));
+  const recorded = new Set(unique.filter((_, i) => envelopes[i] !== null));
+  return batch.map((p) => recorded.has(p));
 }
 
 export async function recordPresence(db: Knex, instanceId: string, update: PresenceUpdate): Promise<void> {

@@ -152,14 +152,16 @@ export class LocalSessionRuntime implements SessionRuntime {
   /** A sandbox operation runs in the instance's lane: a scan still saving its credentials when a
    *  reset is called would otherwise save them after the reset cleared them. A pairing-code
    *  request only waits for the operations queued before it: with WhatsApp unreachable it can
-   *  wait up to 20 s for the socket, and a disconnect or delete must not wait behind it. */
+   *  wait up to 20 s for the socket, and a disconnect or delete must not wait behind it. So does a
+   *  sandbox message, which saves no credentials: messages that arrive together then reach the
+   *  driver together, which hands them over at once (as the network delivers a burst). */
   async call(instanceId: string, op: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
     const callWorker = () => {
       const worker = this.workers.get(instanceId);
       if (!worker) throw problems.conflict('instance_not_running', 'The instance session is not running; connect it first.');
       return callSessionOp(worker, op, body);
     };
-    if (op.startsWith('sandbox.')) return this.lanes.run(instanceId, callWorker);
+    if (op.startsWith('sandbox.') && op !== 'sandbox.inbound') return this.lanes.run(instanceId, callWorker);
     await this.lanes.idle(instanceId);
     return callWorker();
   }

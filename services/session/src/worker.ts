@@ -22,7 +22,7 @@ import {
 } from '@switchboard/core';
 import { requeueQueuedCommands } from './command-requeue.ts';
 import { retryWhileFailing } from './retry-while-failing.ts';
-import { recordInbound, recordPresence } from './inbound.ts';
+import { InboundRecorder, recordPresence } from './inbound.ts';
 import type { MediaArchive } from './media-archive.ts';
 import { ownerLockFor, type OwnerLock } from './owner-lock.ts';
 import { SendCommandHandler } from './send-command.ts';
@@ -345,19 +345,19 @@ export class SessionWorker {
   }
 
   private listenerFor(): DriverListener {
-    const inboundDeps = {
+    const inbound = new InboundRecorder({
       db: this.opts.db,
       instanceId: this.instanceId,
       media: this.opts.media,
       downloadTimeoutMs: this.opts.mediaDownloadTimeoutMs ?? 30_000,
       log: this.log,
       isOwnSend: (id: string) => this.isOwnSend(id),
-    };
+    });
     return {
       // The logout a reset asks for is reported as the reset, not as the phone unlinking us.
       onState: (state, info) => this.applyState(state, this.resetting && state === 'logged_out' ? { ...info, reason: 'reset' } : info, { retryForMs: STATE_RECORD_RETRY_MS }),
       onMessage: async (msg) => {
-        if (await recordInbound(inboundDeps, msg)) this.opts.relay.kick();
+        if (await inbound.record(msg)) this.opts.relay.kick();
       },
       onReceipt: async (receipt) => {
         await this.sends.settled(); // the send's own outcome is recorded first

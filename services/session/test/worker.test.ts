@@ -1,8 +1,9 @@
 // The session worker and the local runtime against real PostgreSQL, with the in-process bus and
 // with NATS JetStream, driving the sandbox network.
 import assert from 'node:assert/strict';
-import { enqueueOutbox, Problem, subjects } from '@switchboard/core';
+import { enqueueOutbox, Problem, subjects, type InboundMessage } from '@switchboard/core';
 import type { LocalSessionRuntime } from '../src/local-runtime.ts';
+import { InboundRecorder } from '../src/inbound.ts';
 import { applyReceipt, markSent } from '../src/send-items.ts';
 import { enqueueSend, eventsOf, instanceRow, itemStatus, openEnv, until, type Env } from './harness.ts';
 
@@ -306,22 +307,80 @@ for (const nats of [false, true]) {
       assert.equal((await env.db('incoming').where({ instance_id: instanceId }).count({ n: '*' }).first())!.n, '7');
     });
 
+    const inboundRecorder = () => new InboundRecorder({ db: env.db, instanceId, media: env.media, downloadTimeoutMs: 1000, log: env.log, isOwnSend: async () => false });
+    const textFrom = (messageId: string, text = 'x'): InboundMessage => ({ messageId, from: '1@s.whatsapp.net', phone: '1', chatLid: null, participant: null, fromMe: false, name: null, type: 'text' as const, text, isGroup: false });
+
     it('a redelivered inbound message is recorded once', async () => {
-      const { recordInbound } = await import('../src/inbound.ts');
-      const deps = { db: env.db, instanceId, media: env.media, downloadTimeoutMs: 1000, log: env.log, isOwnSend: async () => false };
-      const msg = { messageId: 'DUP1', from: '1@s.whatsapp.net', phone: '1', chatLid: null, participant: null, fromMe: false, name: null, type: 'text' as const, text: 'x', isGroup: false };
-      assert.equal(await recordInbound(deps, msg), true);
-      assert.equal(await recordInbound(deps, msg), false);
+      const recorder = inboundRecorder();
+      const msg = textFrom('DUP1');
+      assert.equal(await recorder.record(msg), true);
+      assert.equal(await recorder.record(msg), false);
       assert.equal((await eventsOf(env.db, instanceId, 'message.received')).length, 1);
     });
 
+    it('records messages handed over together in a statement per batch, in the order given, each once', async () => {
+      const recorder = inboundRecorder();
+      const inserts: string[] = [];
+      const onQuery = (q: { sql: string }) => /insert into "incoming"/i.test(q.sql) && inserts.push(q.sql);
+      env.db.on('query', onQuery);
+      try {
+        // A burst: 40 texts, a copy of the 10th, and a document whose download takes a while in
+        // the middle (it must not let the messages after it overtake it).
+        const slowMedia = { mimetype: 'application/pdf', fileName: 'slow.pdf', download: () => new Promise<Uint8Array>((r) => setTimeout(() => r(new Uint8Array([7])), 30)) };
+        const burst: InboundMessage[] = Array.from({ length: 40 }, (_, i) => textFrom(`BURST${String(i).padStart(2, '0')}`, `m${i}`));
+        burst.splice(20, 0, { ...textFrom('BURSTDOC'), type: 'document', text: null, media: slowMedia });
+        burst.push(textFrom('BURST10', 'copy'));
+        const results = await Promise.all(burst.map((m) => recorder.record(m)));
+        assert.deepEqual(results, [...burst.slice(0, -1).map(() => true), false]);
+      } finally {
+        env.db.off('query', onQuery);
+      }
+      assert.ok(inserts.length <= 4, `${inserts.length} statements for 42 messages`);
+      const rows = await env.db('incoming').where({ instance_id: instanceId }).where('message_id', 'like', 'BURST%').orderBy('id').select('message_id', 'text');
+      const expected = [...Array.from({ length: 20 }, (_, i) => `BURST${String(i).padStart(2, '0')}`), 'BURSTDOC', ...Array.from({ length: 20 }, (_, i) => `BURST${i + 20}`)];
+      assert.deepEqual(rows.map((r) => r.message_id), expected, 'ids follow the order of arrival');
+      assert.equal(rows.find((r) => r.message_id === 'BURST10')!.text, 'm10', 'the first copy is the one recorded');
+      // Events and their announcements in the same order, one per message.
+      const events = (await eventsOf(env.db, instanceId, 'message.received')).filter((e) => String(e.data.messageId).startsWith('BURST'));
+      assert.deepEqual(events.map((e) => e.data.messageId), expected);
+      // Announced in that order too, where the relay has not yet taken the rows.
+      const ids = events.map((e) => (e as unknown as { id: string }).id);
+      const announced: string[] = await env.db('outbox').whereIn('msg_id', ids).orderBy('seq').pluck('msg_id');
+      assert.deepEqual(announced, ids.filter((id) => announced.includes(id)));
+    });
+
+    it('sandbox messages that arrive while the session is busy are handed over together: a few statements for a burst', async () => {
+      await connect();
+      const inserts: string[] = [];
+      const onQuery = (q: { sql: string }) => /insert into "incoming"/i.test(q.sql) && inserts.push(q.sql);
+      env.db.on('query', onQuery);
+      let answers: Record<string, unknown>[];
+      try {
+        answers = await Promise.all(Array.from({ length: 30 }, (_, i) => runtime.call(instanceId, 'sandbox.inbound', { from: '5511977776666', type: 'text', text: `burst ${i}` })));
+      } finally {
+        env.db.off('query', onQuery);
+      }
+      assert.ok(inserts.length <= 5, `${inserts.length} statements for 30 messages`);
+      const recorded = (await eventsOf(env.db, instanceId, 'message.received')).map((e) => e.data.messageId);
+      for (const a of answers) assert.ok(recorded.includes(a.messageId), 'every answered message is recorded');
+    });
+
+    it('a message the database refuses fails alone, not the messages handed over with it', async () => {
+      const recorder = inboundRecorder();
+      // The first goes out alone; the other four wait for it and go together, the refused one with them.
+      const batch = ['ISO0', 'ISO1', 'ISO2', 'ISO3', 'ISO4'].map((id) => (id === 'ISO2' ? { ...textFrom(id), phone: '9'.repeat(40) } : textFrom(id)));
+      const results = await Promise.allSettled(batch.map((m) => recorder.record(m)));
+      assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+      const recorded = await env.db('incoming').where({ instance_id: instanceId }).where('message_id', 'like', 'ISO%').orderBy('id').pluck('message_id');
+      assert.deepEqual(recorded, ['ISO0', 'ISO1', 'ISO3', 'ISO4']);
+    });
+
     it('records a message whose text, name or file name PostgreSQL cannot store, cleaned', async () => {
-      const { recordInbound } = await import('../src/inbound.ts');
-      const deps = { db: env.db, instanceId, media: env.media, downloadTimeoutMs: 1000, log: env.log, isOwnSend: async () => false };
+      const recorder = inboundRecorder();
       const base = { from: '1@s.whatsapp.net', phone: '1', chatLid: null, participant: null, fromMe: false, isGroup: false };
-      assert.equal(await recordInbound(deps, { ...base, messageId: 'NUL1', name: 'Bo\u0000b', type: 'text', text: 'a\u0000b\ud800c' }), true);
+      assert.equal(await recorder.record({ ...base, messageId: 'NUL1', name: 'Bo\u0000b', type: 'text', text: 'a\u0000b\ud800c' }), true);
       const media = { mimetype: 'application/pdf', fileName: 'r\u0000.pdf', download: async () => new Uint8Array([1, 2, 3]) };
-      assert.equal(await recordInbound(deps, { ...base, messageId: 'NUL2', name: null, type: 'document', text: null, media }), true);
+      assert.equal(await recorder.record({ ...base, messageId: 'NUL2', name: null, type: 'document', text: null, media }), true);
       const rows = await env.db('incoming').where({ instance_id: instanceId }).whereIn('message_id', ['NUL1', 'NUL2']).orderBy('message_id');
       assert.deepEqual([rows[0].name, rows[0].text], ['Bob', 'ab\ufffdc']);
       const stored = typeof rows[1].media === 'string' ? JSON.parse(rows[1].media) : rows[1].media;

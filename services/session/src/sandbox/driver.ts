@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import {
+  injectTraceparent,
   NOT_CONNECTED,
   PAIRING_CODE_TTL_MS,
   PAIRING_TIMEOUT,
@@ -21,6 +22,7 @@ import {
   type NetworkDriver,
   type OutboundMessage,
   type PairingCode,
+  withParent,
 } from '@switchboard/core';
 import { readDrop, readInbound, readPair, readPresence, readScan } from './control-bodies.ts';
 import { destinationDigits, destinationJid, outcomeFor, receiptsFor } from './outcomes.ts';
@@ -61,6 +63,8 @@ export class SandboxDriver implements NetworkDriver {
   private readonly timers = new Set<NodeJS.Timeout>();
   /** Listener calls run one after another, in the order the network produced them. */
   private emitting: Promise<void> = Promise.resolve();
+  /** Messages that arrived while the listener was busy, to be handed over together (arriveTogether). */
+  private arrivals: { handOver(): Promise<void>; notTaken(): void }[] | undefined;
   private closed = false;
 
   constructor(
@@ -270,7 +274,7 @@ export class SandboxDriver implements NetworkDriver {
   private async inbound(body: Record<string, unknown>): Promise<Record<string, unknown>> {
     const { message, stagedMediaId } = readInbound(body, this.opts.stagedMedia);
     this.requireConnected();
-    await this.arrive(() => this.ctx.listener.onMessage(message));
+    await this.arriveTogether(() => this.ctx.listener.onMessage(message));
     // Recorded, the file with it: the staged copy has served (a failure leaves it to retention).
     if (stagedMediaId !== undefined) await this.opts.stagedMedia!.delete(stagedMediaId).catch(() => undefined);
     return { messageId: message.messageId };
@@ -354,7 +358,32 @@ export class SandboxDriver implements NetworkDriver {
       taken = true;
       await call();
     });
-    if (!taken) throw problems.conflict('not_connected', 'The session closed before it took this; send it again once the instance is connected.');
+    if (!taken) throw notTaken();
+  }
+
+  /**
+   * Like arrive, for messages: those that arrive while the listener is busy are handed over together
+   * as the next listener call, each without waiting for the one before it to be recorded (the
+   * session keeps their order and writes them in one statement), as the network delivers a burst
+   * of messages at once. Each is handed over in its own request's trace.
+   */
+  private arriveTogether(call: () => Promise<void>): Promise<void> {
+    const traceparent = injectTraceparent();
+    return new Promise<void>((resolve, reject) => {
+      const arrival = { handOver: () => withParent(traceparent, call).then(resolve, reject), notTaken: () => reject(notTaken()) };
+      if (this.arrivals) return void this.arrivals.push(arrival);
+      const group = (this.arrivals = [arrival]);
+      let taken = false;
+      void this.emit(async () => {
+        taken = true;
+        this.arrivals = undefined;
+        await Promise.all(group.map((a) => a.handOver()));
+      }).finally(() => {
+        if (taken) return;
+        if (this.arrivals === group) this.arrivals = undefined;
+        for (const a of group) a.notTaken();
+      });
+    });
   }
 
   /** Queues a listener call behind the previous ones; resolves when it ran. Errors do not break the chain. */
@@ -414,4 +443,8 @@ async function noLongerAvailable(): Promise<never> {
 function newQr(): string {
   // Shaped like a WhatsApp QR payload: ref,publicKey,identityKey,advSecret.
   return ['2@' + randomBytes(24).toString('base64'), randomBytes(32).toString('base64'), randomBytes(32).toString('base64'), randomBytes(16).toString('base64')].join(',');
+}
+
+function notTaken() {
+  return problems.conflict('not_connected', 'The session closed before it took this; send it again once the instance is connected.');
 }
