@@ -5,6 +5,7 @@ import type { Knex } from 'knex';
 import { subjects } from './bus/types.ts';
 import { newId } from './ids.ts';
 import { outboxRow } from './outbox.ts';
+import { prepared } from './db/connect.ts';
 import { inSpan, injectTraceparent, preferActive } from './telemetry/spans.ts';
 
 export const EVENT_TYPES = [
@@ -76,9 +77,15 @@ export interface KeyedEvent extends NewEvent {
  * NOTHING of many rows — returns its key: guard, events and outbox rows commit together even
  * outside a transaction. Keys must be distinct. The caller's spans are the events' trace contexts
  * (`traceContext`), since one statement serves many traces. Returns one envelope per event, null
- * for those the guard did not return (nothing written for them).
+ * for those the guard did not return (nothing written for them). `preparedName`: the guard's text
+ * never changes, so the statement runs as that named prepared statement (see `prepared`).
  */
-export async function recordKeyedEvents(db: Knex | Knex.Transaction, guard: { sql: string; bindings: readonly Knex.RawBinding[] }, events: KeyedEvent[]): Promise<(EventEnvelope | null)[]> {
+export async function recordKeyedEvents(
+  db: Knex | Knex.Transaction,
+  guard: { sql: string; bindings: readonly Knex.RawBinding[] },
+  events: KeyedEvent[],
+  preparedName?: string,
+): Promise<(EventEnvelope | null)[]> {
   const rows = events.map(eventRow);
   // ORDER BY ord: rows are inserted in the order given, so the outbox (bigserial) announces them so.
   const result = await db.raw(
@@ -108,7 +115,7 @@ export async function recordKeyedEvents(db: Knex | Knex.Transaction, guard: { sq
       rows.map((r) => r.outbox.subject),
       rows.map((r) => r.outbox.headers),
     ] as Knex.RawBinding[],
-  );
+  ).options(preparedName ? prepared(preparedName) : {});
   const recorded = new Set((result.rows as { id: string }[]).map((r) => r.id));
   return rows.map((r) => (recorded.has(r.envelope.id) ? r.envelope : null));
 }

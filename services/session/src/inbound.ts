@@ -32,7 +32,7 @@ const MAX_BATCH = 256;
 
 /** An inbound message ready to be written: its incoming row and its event. */
 interface PreparedInbound {
-  incoming: Record<string, unknown> & { message_id: string };
+  incoming: Record<(typeof INCOMING_COLUMNS)[number], string | boolean | null> & { message_id: string };
   event: NewEvent;
   /** The media archived for it, if any. */
   mediaId: string | null;
@@ -113,6 +113,18 @@ async function writeInbound(db: Knex, batch: PreparedInbound[]): Promise<(boolea
   }
 }
 
+/** The incoming rows of a batch, arrays in, so the statement's text is the same for every batch
+ *  (a prepared statement, planned once per connection); each new row returns its message id. */
+const INSERT_INCOMING = `
+  insert into incoming (id, instance_id, message_id, "from", phone, chat_lid, participant, from_me, from_api, name, type, text, media)
+  select id, instance_id, message_id, "from", phone, chat_lid, participant, from_me, from_api, name, type, text, media::jsonb
+  from unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::boolean[], ?::boolean[], ?::text[], ?::text[], ?::text[], ?::text[])
+    as u(id, instance_id, message_id, "from", phone, chat_lid, participant, from_me, from_api, name, type, text, media)
+  on conflict (instance_id, message_id) do nothing
+  returning message_id as key`;
+
+const INCOMING_COLUMNS = ['id', 'instance_id', 'message_id', 'from', 'phone', 'chat_lid', 'participant', 'from_me', 'from_api', 'name', 'type', 'text', 'media'] as const;
+
 /**
  * One statement (autocommit) for the batch: the incoming rows, and for those that were new (ON
  * CONFLICT … DO NOTHING returns no row for a message recorded before) their event and outbox rows,
@@ -122,14 +134,8 @@ async function writeTogether(db: Knex, batch: PreparedInbound[]): Promise<boolea
   const first = new Map<string, PreparedInbound>();
   for (const p of batch) if (!first.has(p.incoming.message_id)) first.set(p.incoming.message_id, p);
   const unique = [...first.values()];
-  const guard = db
-    .insert(unique.map((p) => p.incoming))
-    .into('incoming')
-    .onConflict(['instance_id', 'message_id'])
-    .ignore()
-    .returning(db.raw('message_id as key'))
-    .toSQL();
-  const envelopes = await recordKeyedEvents(db, guard, unique.map((p) => ({ ...p.event, key: p.incoming.message_id })));
+  const guard = { sql: INSERT_INCOMING, bindings: INCOMING_COLUMNS.map((column) => unique.map((p) => p.incoming[column])) as Knex.RawBinding[] };
+  const envelopes = await recordKeyedEvents(db, guard, unique.map((p) => ({ ...p.event, key: p.incoming.message_id })), 'session_record_inbound');
   const recorded = new Set(unique.filter((_, i) => envelopes[i] !== null));
   return batch.map((p) => recorded.has(p));
 }
