@@ -4,7 +4,9 @@
 import assert from 'node:assert/strict';
 import { ApiClient, eventually } from '../support/http.ts';
 import type { HttpsReceiver, ReceivedRequest } from '../support/https-receiver.ts';
+import type { SpanRecord } from '../support/otlp-collector.ts';
 
+export type { SpanRecord };
 
 export interface ScenarioResult {
   instanceId: string;
@@ -43,19 +45,6 @@ export async function sendAndDeliver(baseUrl: string, receiver: HttpsReceiver, i
   };
   const deliveries = await receiver.waitForRequests(2, 20_000, ofThisMessage);
   return { messageId, deliveries };
-}
-
-/** A span as both exporters give it: ids, parent id, name, service. */
-export interface SpanRecord {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  name: string;
-  kind: number;
-  service: string;
-  attributes: Record<string, unknown>;
-  /** Resource attributes of the process that made the span. */
-  resource?: Record<string, unknown>;
 }
 
 export class SpanSet {

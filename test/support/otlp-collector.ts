@@ -4,8 +4,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-/** A span as exported: ids, parent id, name, kind (the API's numbering), service and times. */
-export interface CollectedSpan {
+/** A span as both exporters of the tests give it (OTLP here, in memory in-process): ids, parent
+ *  id, name, kind (the API's numbering) and service. */
+export interface SpanRecord {
   traceId: string;
   spanId: string;
   parentSpanId?: string;
@@ -14,6 +15,11 @@ export interface CollectedSpan {
   service: string;
   attributes: Record<string, unknown>;
   /** Resource attributes of the process that made the span. */
+  resource?: Record<string, unknown>;
+}
+
+/** A span as exported over OTLP: also its process's resource and its times. */
+export interface CollectedSpan extends SpanRecord {
   resource: Record<string, unknown>;
   /** Epoch milliseconds, with the fraction the exporter gave. */
   startMs: number;
