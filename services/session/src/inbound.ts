@@ -62,6 +62,8 @@ export class InboundRecorder {
       // event, so the webhook attempts join the message's trace.
       return { written: prepared ? inSpan('record event', { attributes: eventSpanAttributes(prepared.event) }, (span) => this.write(prepared, span)) : Promise.resolve(false) };
     });
+    // The next message waits for this one's preparing and hand-over (`written` is wrapped so the
+    // chain does not wait for its statement), not for its commit.
     this.preparing = queued.catch(() => undefined);
     return (await queued).written;
   }
