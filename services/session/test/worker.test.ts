@@ -365,6 +365,20 @@ for (const nats of [false, true]) {
       for (const a of answers) assert.ok(recorded.includes(a.messageId), 'every answered message is recorded');
     });
 
+    it('sandbox messages skip the instance lane but not a stop queued before them: those after it are refused with a 409', async () => {
+      await connect();
+      const send = (i: number) => runtime.call(instanceId, 'sandbox.inbound', { from: '5511977776666', type: 'text', text: `race ${i}` });
+      const before = Array.from({ length: 10 }, (_, i) => send(i));
+      const stopped = runtime.stop(instanceId);
+      const after = Array.from({ length: 10 }, (_, i) => send(10 + i));
+      const [answered, refused] = await Promise.all([Promise.allSettled(before), Promise.allSettled(after)]);
+      await stopped;
+      const recorded = (await eventsOf(env.db, instanceId, 'message.received')).map((e) => e.data.messageId);
+      for (const r of answered) assert.ok(r.status === 'fulfilled' && recorded.includes(r.value.messageId), 'a message that came before the stop is recorded');
+      for (const r of refused) assert.ok(r.status === 'rejected' && r.reason instanceof Problem && r.reason.status === 409, 'a message after the stop is refused');
+      assert.equal((await instanceRow(env.db, instanceId)).state, 'stopped');
+    });
+
     it('a message the database refuses fails alone, not the messages handed over with it', async () => {
       const recorder = inboundRecorder();
       // The first goes out alone; the other four wait for it and go together, the refused one with them.
