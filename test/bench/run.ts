@@ -15,8 +15,7 @@ import { measureAccept, prepareAcceptInstances, type AcceptFigures } from './sce
 import { measureDispatcher, PER_DESTINATION_CONCURRENCY } from './scenarios/dispatcher-throughput.ts';
 import { measureSessionMemory } from './scenarios/memory.ts';
 import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
-import { describeHops, measureHops, tracingEnv, type HopWindow } from './scenarios/pipeline-hops.ts';
-import { startOtlpCollector } from '../support/otlp-collector.ts';
+import { measurePipelineHops } from './scenarios/pipeline-hops.ts';
 import { startBareKoa, startBenchCluster, startDurableFloor, startEmbedded, type ServerUnderTest } from './targets.ts';
 import { describeWakeUpCost, measureWakeUpCost, type WakeUpCost } from './wake-up-cost.ts';
 
@@ -129,7 +128,7 @@ async function runSelected(accept: Record<string, AcceptFigures>, wakeUp: WakeUp
     const brief = (w: { p50Ms: number; p99Ms: number; arrived: number; sent: number }) => ({ p50Ms: w.p50Ms, p99Ms: w.p99Ms, arrived: w.arrived, sent: w.sent });
     out.pipeline = { e2e: brief(p.e2e), isolation: { single: brief(p.isolation.single), alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
   }
-  if (wants('hops')) out.hops = await settled(measurePipelineHops);
+  if (wants('hops')) out.hops = await settled(() => measurePipelineHops(HOPS_RATES, SECONDS * 1000, progress('hops')));
   console.log(JSON.stringify(out, null, 2));
 }
 
@@ -200,33 +199,6 @@ function measurePipeline() {
       await blackHole.close();
     }
   });
-}
-
-/** The inbound → webhook pipeline with every process tracing, one window per BENCH_HOPS_RATES rate. */
-async function measurePipelineHops(): Promise<HopWindow[]> {
-  const collector = await startOtlpCollector();
-  const receiver = await startHttpsReceiver();
-  try {
-    return await withServer(() => startBenchCluster({ dispatchers: 1, env: tracingEnv(collector) }), async (b) => {
-      const admin = new ApiClient(b.cluster.url, b.cluster.adminKey);
-      const inst = await createInstance(admin, 'bench hops');
-      await setWebhook(admin, inst.id, receiver.url('/hops'));
-      b.cluster.startSession(inst.id);
-      await pairOnSandbox(admin, inst.id, '5511955552222');
-      // Warm-up, as in the pipeline scenario: JIT, pools and connections of every process.
-      await driveInbound({ url: b.cluster.url, adminKey: b.cluster.adminKey, instanceId: inst.id, ratePerSecond: 50, durationMs: 2000 });
-      const windows: HopWindow[] = [];
-      for (const rate of HOPS_RATES) {
-        const w = await measureHops(b, collector, inst.id, rate, SECONDS * 1000);
-        for (const line of describeHops(w)) progress('hops')(line);
-        windows.push(w);
-      }
-      return windows;
-    });
-  } finally {
-    await receiver.close();
-    await collector.close();
-  }
 }
 
 function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<ReturnType<typeof measureDispatcher>>, p: any, wakeUp: WakeUpCost): Row[] {

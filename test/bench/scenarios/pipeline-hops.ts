@@ -4,8 +4,11 @@
 // one trace through gateway, session and dispatcher. For every span name the offsets from the
 // trace's first span are summarised over all traces of a window, so a hop that waits (a queue, a
 // pool, a batch) shows as a gap between one span's end and the next one's start.
-import type { CollectedSpan, OtlpCollector } from '../../support/otlp-collector.ts';
-import type { BenchCluster } from '../targets.ts';
+import { ApiClient } from '../../support/http.ts';
+import { startHttpsReceiver } from '../../support/https-receiver.ts';
+import { startOtlpCollector, type CollectedSpan, type OtlpCollector } from '../../support/otlp-collector.ts';
+import { createInstance, pairOnSandbox, setWebhook } from '../api.ts';
+import { startBenchCluster, type BenchCluster } from '../targets.ts';
 import { driveInbound } from './webhook-latency.ts';
 
 export interface HopFigures {
@@ -29,13 +32,43 @@ export interface HopWindow {
 const EXPORT_DELAY_MS = 200;
 const INBOUND_ROUTE = '/sandbox/instances/:id/inbound';
 
+/** The pipeline with every process tracing: a warm-up, then one window of `windowMs` per rate. */
+export async function measurePipelineHops(rates: number[], windowMs: number, progress: (line: string) => void): Promise<HopWindow[]> {
+  const collector = await startOtlpCollector();
+  const receiver = await startHttpsReceiver();
+  const bench = await startBenchCluster({ dispatchers: 1, env: tracingEnv(collector) }).catch(async (err) => {
+    await Promise.all([receiver.close(), collector.close()]);
+    throw err;
+  });
+  try {
+    const admin = new ApiClient(bench.cluster.url, bench.cluster.adminKey);
+    const inst = await createInstance(admin, 'bench hops');
+    await setWebhook(admin, inst.id, receiver.url('/hops'));
+    bench.cluster.startSession(inst.id);
+    await pairOnSandbox(admin, inst.id, '5511955552222');
+    // Warm-up, as in the pipeline scenario: JIT, pools and connections of every process.
+    await driveInbound({ url: bench.cluster.url, adminKey: bench.cluster.adminKey, instanceId: inst.id, ratePerSecond: 50, durationMs: 2000 });
+    const windows: HopWindow[] = [];
+    for (const rate of rates) {
+      const w = await measureHops(bench, collector, inst.id, rate, windowMs);
+      for (const line of describeHops(w)) progress(line);
+      windows.push(w);
+    }
+    return windows;
+  } finally {
+    await bench.stop();
+    await receiver.close();
+    await collector.close();
+  }
+}
+
 /** The environment that makes every process of the cluster export its spans to the collector. */
-export function tracingEnv(collector: OtlpCollector): Record<string, string> {
+function tracingEnv(collector: OtlpCollector): Record<string, string> {
   return { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: collector.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: String(EXPORT_DELAY_MS) };
 }
 
 /** One window of inbound messages at `ratePerSecond` for `durationMs`, summarised hop by hop. */
-export async function measureHops(bench: BenchCluster, collector: OtlpCollector, instanceId: string, ratePerSecond: number, durationMs: number): Promise<HopWindow> {
+async function measureHops(bench: BenchCluster, collector: OtlpCollector, instanceId: string, ratePerSecond: number, durationMs: number): Promise<HopWindow> {
   collector.spans.length = 0;
   await driveInbound({ url: bench.cluster.url, adminKey: bench.cluster.adminKey, instanceId, ratePerSecond, durationMs });
   // The webhooks of the window's last messages, then their spans' export.
@@ -78,7 +111,7 @@ function percentile(values: number[], p: number): number {
 }
 
 /** The window as lines of a table: offsets in ms from the trace's first span. */
-export function describeHops(w: HopWindow): string[] {
+function describeHops(w: HopWindow): string[] {
   const pad = (n: number) => n.toFixed(1).padStart(7);
   return [
     `${w.ratePerSecond} inbound/s, ${w.traces} traces; ms from the request's arrival: start p50 / p90, end p50 / p90, traces, span`,
