@@ -22,6 +22,16 @@ export async function pairOnSandbox(admin: ApiClient, id: string, phone: string,
   await waitUntil(`${id} connected`, async () => (await admin.get(`/api/instances/${id}`)).body?.state === 'connected', timeoutMs, 100);
 }
 
+/** A new instance whose webhook points at `webhookUrl`, its session started (`startSession`, the
+ *  cluster's) and paired on the sandbox as `phone`. */
+export async function connectedInstance(admin: ApiClient, startSession: (id: string) => unknown, name: string, webhookUrl: string, phone: string): Promise<BenchInstance> {
+  const inst = await createInstance(admin, name);
+  await setWebhook(admin, inst.id, webhookUrl);
+  startSession(inst.id);
+  await pairOnSandbox(admin, inst.id, phone);
+  return inst;
+}
+
 export async function setWebhook(admin: ApiClient, id: string, url: string, settings: Record<string, boolean> = {}): Promise<string> {
   const res = await admin.put(`/api/instances/${id}/webhook`, { url, settings });
   if (res.status !== 200) throw new Error(`webhook ${id}: ${res.status} ${res.text}`);

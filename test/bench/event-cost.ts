@@ -12,7 +12,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { ApiClient } from '../support/http.ts';
 import { startHttpsReceiver } from '../support/https-receiver.ts';
-import { createInstance, pairOnSandbox, setWebhook } from './api.ts';
+import { connectedInstance } from './api.ts';
 import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
 import { startBenchCluster } from './targets.ts';
 
@@ -53,10 +53,7 @@ async function main(): Promise<void> {
   const receiver = await startHttpsReceiver();
   try {
     const admin = new ApiClient(bench.cluster.url, bench.cluster.adminKey);
-    const instance = await createInstance(admin, 'event cost');
-    await setWebhook(admin, instance.id, receiver.url('/events'));
-    bench.cluster.startSession(instance.id);
-    await pairOnSandbox(admin, instance.id, '5511955550000');
+    const instance = await connectedInstance(admin, (id) => bench.cluster.startSession(id), 'event cost', receiver.url('/events'), '5511955550000');
     const load = { url: bench.cluster.url, adminKey: bench.cluster.adminKey, instanceId: instance.id };
     console.log(`warming up: 50 events/s for ${WARM_MS} ms`);
     await driveInbound({ ...load, ratePerSecond: 50, durationMs: WARM_MS });

@@ -7,7 +7,7 @@
 import { ApiClient } from '../../support/http.ts';
 import { startHttpsReceiver } from '../../support/https-receiver.ts';
 import { startOtlpCollector, type CollectedSpan, type OtlpCollector } from '../../support/otlp-collector.ts';
-import { createInstance, pairOnSandbox, setWebhook } from '../api.ts';
+import { connectedInstance } from '../api.ts';
 import { startBenchCluster, type BenchCluster } from '../targets.ts';
 import { driveInbound } from './webhook-latency.ts';
 
@@ -42,10 +42,7 @@ export async function measurePipelineHops(rates: number[], windowMs: number, pro
   });
   try {
     const admin = new ApiClient(bench.cluster.url, bench.cluster.adminKey);
-    const inst = await createInstance(admin, 'bench hops');
-    await setWebhook(admin, inst.id, receiver.url('/hops'));
-    bench.cluster.startSession(inst.id);
-    await pairOnSandbox(admin, inst.id, '5511955552222');
+    const inst = await connectedInstance(admin, (id) => bench.cluster.startSession(id), 'bench hops', receiver.url('/hops'), '5511955552222');
     // Warm-up, as in the pipeline scenario: JIT, pools and connections of every process.
     await driveInbound({ url: bench.cluster.url, adminKey: bench.cluster.adminKey, instanceId: inst.id, ratePerSecond: 50, durationMs: 2000 });
     const windows: HopWindow[] = [];
