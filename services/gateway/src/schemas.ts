@@ -30,7 +30,14 @@ const destinationShape = Object.fromEntries(WEBHOOK_DESTINATIONS.map((d) => [d, 
 // The specification's schema lists `legacy` as a format, and its prose accepts only `native`:
 // `legacy` is a known option we do not support (422), anything else is invalid input (400).
 export const WEBHOOK_FORMATS = ['native', 'legacy'] as const;
-export const WebhookBody = z.strictObject({ ...destinationShape, format: z.enum(WEBHOOK_FORMATS).optional(), settings: SettingsBody.optional() });
+// `secret` is what a save answers with, so a client may send that answer back as its next save;
+// the service creates secrets, so a different one is refused (routes/webhooks.ts).
+export const WebhookBody = z.strictObject({
+  ...destinationShape,
+  format: z.enum(WEBHOOK_FORMATS).optional(),
+  settings: SettingsBody.optional(),
+  secret: z.string().max(256).optional().describe('Ignored when it is the current signing secret (a saved configuration sent back as it was answered); any other value is refused: the service creates secrets (POST …/webhook/secret makes a new one).'),
+});
 /** The saved configuration: every destination, the format and the settings (the instance's `webhook`). */
 export const WebhookConfig = z.object({
   ...(Object.fromEntries(WEBHOOK_DESTINATIONS.map((d) => [d, z.string()])) as Record<WebhookDestination, z.ZodString>),

@@ -519,6 +519,16 @@ for (const storage of ['pglite', 'postgres'] as StorageKind[]) {
         const again = await t.admin.put(`/api/instances/${inst.id}/webhook`, { received: 'https://hooks.example.com:443/in' });
         assert.equal(again.body.secret, saved.body.secret, 'secret preserved by later saves');
         assert.equal(again.body.url, '', 'omitted destinations become empty');
+        // A save's answer sent back as the next save is the same configuration; a secret of the
+        // client's own is refused (the service creates secrets), without echoing it.
+        const echoed = await t.admin.put(`/api/instances/${inst.id}/webhook`, again.body);
+        assert.equal(echoed.status, 200, JSON.stringify(echoed.body));
+        assert.deepEqual(echoed.body, again.body);
+        const chosen = await t.admin.put(`/api/instances/${inst.id}/webhook`, { url: 'https://hooks.example.com/mine', secret: 'whsec_chosen-by-the-client' });
+        assertProblem(chosen, 400, 'validation_failed');
+        assert.deepEqual(chosen.body.errors, [{ path: 'secret', message: 'is not the current signing secret' }]);
+        assert.ok(!chosen.text.includes('chosen-by-the-client') && !chosen.text.includes(saved.body.secret), 'neither secret in the answer');
+        assert.equal((await t.admin.get(`/api/instances/${inst.id}`)).body.webhook.url, '', 'the refused save changed nothing');
         const record = await t.admin.get(`/api/instances/${inst.id}`);
         assert.equal(record.body.webhook.received, 'https://hooks.example.com:443/in');
         assert.ok(!record.text.includes(saved.body.secret), 'the instance record never shows the secret');

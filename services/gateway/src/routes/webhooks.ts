@@ -1,4 +1,5 @@
 // Webhook configuration, signing secret, test event and the boolean settings.
+import { timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
 import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, Problem, problems, randomToken, recordEvent, TOKEN_PREFIXES, WEBHOOK_DESTINATIONS, type Db, type FieldProblem } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
@@ -30,6 +31,19 @@ export async function lockInstanceForRouting(trx: Db, id: string): Promise<any> 
 function found(row: any): any {
   if (!row) throw problems.notFound('The instance');
   return row;
+}
+
+function sameSecret(given: string, secret: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(secret);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function foreignSecret(): Problem {
+  return problems.validation(
+    [{ path: 'secret', message: 'is not the current signing secret' }],
+    'The service creates the signing secret: leave `secret` out (or send the current one back), and generate a new one with POST /api/instances/{id}/webhook/secret.',
+  );
 }
 
 async function validateDestinations(body: z.infer<typeof WebhookBody>, allowPrivate: boolean): Promise<Record<string, string>> {
@@ -73,6 +87,7 @@ export const webhookRoutes = [
         const row = await lockInstanceForRouting(trx, params.id);
         const settings = { ...settingsOf(row), ...(body.settings ?? {}) };
         const secret = await ensureSecret(deps, trx, row);
+        if (body.secret !== undefined && !sameSecret(body.secret, secret)) throw foreignSecret();
         await trx('instances').where({ id: params.id }).update({ webhook: JSON.stringify(config), settings: JSON.stringify(settings), updated_at: trx.fn.now() });
         await cancelDeliveriesForRemovedUrls(trx, params.id, config);
         return { settings, secret };
