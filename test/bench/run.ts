@@ -106,6 +106,7 @@ async function main(): Promise<void> {
     accept,
     dispatcher,
     e2e: strip(pipeline.e2e as any),
+    e2eColdStart: strip(pipeline.coldStart as any),
     isolation: { single: strip(pipeline.isolation.single as any), alone: strip(pipeline.isolation.alone as any), withBlackHole: strip(pipeline.isolation.withBlackHole as any), ratio: pipeline.isolation.ratio },
     memory: pipeline.memory,
     table: rows,
@@ -126,7 +127,7 @@ async function runSelected(accept: Record<string, AcceptFigures>, wakeUp: WakeUp
   if (wants('pipeline')) {
     const p = await settled(measurePipeline);
     const brief = (w: { p50Ms: number; p99Ms: number; arrived: number; sent: number }) => ({ p50Ms: w.p50Ms, p99Ms: w.p99Ms, arrived: w.arrived, sent: w.sent });
-    out.pipeline = { e2e: brief(p.e2e), isolation: { single: brief(p.isolation.single), alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
+    out.pipeline = { e2e: brief(p.e2e), e2eColdStart: brief(p.coldStart), isolation: { single: brief(p.isolation.single), alone: brief(p.isolation.alone), withBlackHole: brief(p.isolation.withBlackHole), ratio: p.isolation.ratio }, memory: p.memory };
   }
   if (wants('hops')) out.hops = await settled(() => measurePipelineHops(HOPS_RATES, SECONDS * 1000, progress('hops')));
   console.log(JSON.stringify(out, null, 2));
@@ -162,11 +163,19 @@ function measurePipeline() {
       }
       const base = { url: b.cluster.url, adminKey: b.cluster.adminKey, durationMs: SECONDS * 1000 };
       const log = progress('webhook latency');
-      // Warm-up: JIT, pools and connections of every process on the path.
+      const atTargetRate = async () => {
+        healthy.requests.length = 0;
+        const run = await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 200 });
+        return collectLatency(healthy, run.started, run.load);
+      };
+      // Warm-up: connections of every process on the path, then two windows at the measured rate
+      // (section 38: the processes' first seconds at 200/s are several times slower than the rest,
+      // JIT and pools growing on a saturated machine). The first is reported on its own.
       await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 50, durationMs: 2000 });
-      healthy.requests.length = 0;
-      const e2eRun = await driveInbound({ ...base, instanceId: a.id, ratePerSecond: 200 });
-      const e2e = await collectLatency(healthy, e2eRun.started, e2eRun.load);
+      const coldStart = await atTargetRate();
+      log(`first window at 200 events/s after the start: p50 ${coldStart.p50Ms.toFixed(1)} ms, p99 ${coldStart.p99Ms.toFixed(1)} ms (${coldStart.arrived}/${coldStart.sent} arrived)`);
+      await atTargetRate();
+      const e2e = await atTargetRate();
       log(`200 events/s: p50 ${e2e.p50Ms.toFixed(1)} ms, p99 ${e2e.p99Ms.toFixed(1)} ms (${e2e.arrived}/${e2e.sent} arrived)`);
 
       const iso = progress('isolation');
@@ -191,7 +200,7 @@ function measurePipeline() {
       iso(`healthy next to a black-holed destination: p99 ${withBlackHole.p99Ms.toFixed(1)} ms (black hole holds ${blackHole.inFlight} requests)`);
 
       const memory = await measureSessionMemory(b.cluster, db, progress('memory'));
-      return { e2e, isolation: { single, alone, withBlackHole, ratio: withBlackHole.p99Ms / Math.max(alone.p99Ms, 0.001) }, memory };
+      return { e2e, coldStart, isolation: { single, alone, withBlackHole, ratio: withBlackHole.p99Ms / Math.max(alone.p99Ms, 0.001) }, memory };
     } finally {
       await db.destroy();
       await healthy.close();
@@ -229,7 +238,8 @@ function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<Re
       pass: cluster ? a.atLoadP99Ms <= 25 : undefined,
     });
   }
-  rows.push({ figure: 'inbound → signed webhook, 200 events/s', value: `p50 ${p.e2e.p50Ms.toFixed(1)} ms, p99 ${p.e2e.p99Ms.toFixed(1)} ms (${p.e2e.arrived}/${p.e2e.sent})`, target: 'p99 ≤ 100 ms', pass: p.e2e.p99Ms <= 100 && p.e2e.arrived === p.e2e.sent });
+  rows.push({ figure: 'inbound → signed webhook, 200 events/s (third window at that rate)', value: `p50 ${p.e2e.p50Ms.toFixed(1)} ms, p99 ${p.e2e.p99Ms.toFixed(1)} ms (${p.e2e.arrived}/${p.e2e.sent})`, target: 'p99 ≤ 100 ms', pass: p.e2e.p99Ms <= 100 && p.e2e.arrived === p.e2e.sent });
+  rows.push({ figure: 'inbound → signed webhook, first window at 200 events/s after the start', value: `p50 ${p.coldStart.p50Ms.toFixed(1)} ms, p99 ${p.coldStart.p99Ms.toFixed(1)} ms (${p.coldStart.arrived}/${p.coldStart.sent})` });
   rows.push({ figure: 'dispatcher → healthy receiver', value: `${dispatcher.dispatcherPerSecond.toFixed(0)} /s (${(dispatcher.ratio * 100).toFixed(0)} %)`, baseline: `${dispatcher.baselinePerSecond.toFixed(0)} /s undici loop`, target: '≥ 60 %', pass: dispatcher.ratio >= 0.6 });
   rows.push({ figure: 'isolation: healthy p99 next to a black-holed / a healthy destination', value: `${p.isolation.ratio.toFixed(2)} (${p.isolation.withBlackHole.p99Ms.toFixed(1)} / ${p.isolation.alone.p99Ms.toFixed(1)} ms)`, target: '≤ 1.5', pass: p.isolation.ratio <= 1.5 });
   rows.push({ figure: 'session worker RSS idle', value: `${p.memory.idleRssMiB.toFixed(1)} MiB` });
