@@ -197,7 +197,7 @@ function measurePipeline() {
       iso(`healthy next to another healthy destination: p99 ${alone.p99Ms.toFixed(1)} ms`);
       await setWebhook(admin, other.id, blackHole.url('/e2e'));
       const withBlackHole = await both();
-      iso(`healthy next to a black-holed destination: p99 ${withBlackHole.p99Ms.toFixed(1)} ms (black hole holds ${blackHole.inFlight} requests)`);
+      iso(`healthy next to a black-holed destination: p99 ${withBlackHole.p99Ms.toFixed(1)} ms (the black hole held up to ${blackHole.maxInFlight} requests at once, ${blackHole.requests.length} in all)`);
 
       const memory = await measureSessionMemory(b.cluster, db, progress('memory'));
       return { e2e, coldStart, isolation: { single, alone, withBlackHole, ratio: withBlackHole.p99Ms / Math.max(alone.p99Ms, 0.001) }, memory };
