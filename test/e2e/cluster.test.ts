@@ -86,6 +86,14 @@ describe('cluster mode (separate processes on PostgreSQL + NATS)', function () {
     await admin.post(`/api/instances/${inst.id}/connect`);
     const back = await waitForState(admin, inst.id, 'connected', 30_000);
     assert.equal(back.phone, '5511900000030', 'reconnects without a new scan');
+    // A pairing code for the disconnected instance gives its link up (the session is not running
+    // to do it) and pairs the phone it names, through the session started for it.
+    await admin.post(`/api/instances/${inst.id}/disconnect`);
+    await waitForState(admin, inst.id, 'stopped', 20_000);
+    const code = await admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000031' });
+    assert.equal(code.status, 200, JSON.stringify(code.body));
+    assert.equal((await admin.post(`/sandbox/instances/${inst.id}/pair`, { code: code.body.code })).status, 200);
+    assert.equal((await waitForState(admin, inst.id, 'connected', 30_000)).phone, '5511900000031');
   });
 
   /** A new instance, its session process started (the operator's part) and paired on the sandbox. */

@@ -38,6 +38,7 @@ describe('dashboard end to end (headless Chromium)', function () {
         PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
         WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
         WEBHOOK_RETRY_SCHEDULE: '0,20,20,20,20,20,20,20',
+        PAIRING_CODE_INTERVAL_MS: '1000', // an instance pairs twice in a test
       },
     });
     browser = await chromium.launch({
@@ -395,6 +396,26 @@ describe('dashboard end to end (headless Chromium)', function () {
     const paired = await server.admin.post(`/sandbox/instances/${instanceId}/pair`, { code });
     assert.equal(paired.status, 200, paired.text);
     await page.locator('.instance-state [data-status="connected"]').waitFor();
+    // Disconnected, it keeps its link: pairing again asks first, and nothing happens on Cancel.
+    await page.getByRole('button', { name: 'Disconnect' }).click();
+    await page.getByText('Paused by a disconnect; credentials are kept. Connect to resume.').waitFor();
+    await page.getByRole('textbox', { name: 'Phone number' }).fill('5511977775555');
+    const pairAgain = async (answer: string) => {
+      await page.getByRole('button', { name: 'Get pairing code' }).click();
+      await page.getByRole('dialog', { name: 'Pair this instance again?' }).getByText('keeps its link to +5511977776666').waitFor();
+      await page.getByRole('button', { name: answer }).click();
+    };
+    await pairAgain('Cancel');
+    const kept = (await server.admin.get(`/api/instances/${instanceId}`)).body;
+    assert.deepEqual([kept.paused, kept.phone], [true, '5511977776666'], 'Cancel leaves the link');
+    await new Promise((resolve) => setTimeout(resolve, 1100)); // one code per PAIRING_CODE_INTERVAL_MS
+    await pairAgain('Give up the link and pair');
+    const newCode = await eventually(async () => {
+      const shown = (await page.locator('.pairing-code').textContent())?.trim();
+      return shown !== code && shown;
+    }, 10_000, 'a new code in place of the first');
+    assert.equal((await server.admin.post(`/sandbox/instances/${instanceId}/pair`, { code: newCode })).status, 200);
+    await page.getByText('Connected as +5511977775555.').waitFor();
 
     const pages: [string, string, string][] = [
       ['instances', '#/instances', 'tr[data-instance-id]'],

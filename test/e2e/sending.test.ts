@@ -419,20 +419,23 @@ for (const mode of modes) {
       assert.ok(!events.text.includes(code.body.code), 'pairing codes never appear in events');
     });
 
-    it('leaves a disconnected instance paused when a pairing-code request is refused', async () => {
-      assert.equal((await t.admin.post(`/api/instances/${inst.id}/disconnect`)).status, 200);
-      const stateEvents = async () => (await t.admin.get(`/api/instances/${inst.id}/events`)).body.data.filter((e: { type: string }) => e.type === 'connection.update').length;
-      const before = await stateEvents();
-      for (let i = 0; i < 3; i++) {
-        const refused = await t.admin.post(`/api/instances/${inst.id}/pairing-code`, { phone: '5511900000001' });
-        assert.deepEqual([refused.status, refused.body.code], [409, 'not_pairing'], JSON.stringify(refused.body));
-      }
-      assert.equal(await stateEvents(), before, 'a refused request neither starts the session nor emits state changes');
-      const after = (await t.admin.get(`/api/instances/${inst.id}`)).body;
-      assert.equal(after.paused, true);
-      assert.equal(after.state, 'stopped');
-      assert.equal((await t.admin.post(`/api/instances/${inst.id}/connect`)).status, 200);
-      await waitForState(t.admin, inst.id, 'connected');
+    it('pairs a disconnected instance that kept its phone afresh: the old link is given up, the code links the new phone', async () => {
+      const x = await createConnectedInstance(t.admin, '5511900000007');
+      await t.admin.post(`/api/instances/${x.id}/disconnect`);
+      await waitForState(t.admin, x.id, 'stopped');
+      const code = await t.admin.post(`/api/instances/${x.id}/pairing-code`, { phone: '5511900000008' });
+      assert.equal(code.status, 200, JSON.stringify(code.body));
+      assert.equal(code.headers.get('cache-control'), 'no-store');
+      const started = (await t.admin.get(`/api/instances/${x.id}`)).body;
+      assert.deepEqual([started.paused, started.phone], [false, null], 'running again, without the old link');
+      const unlinked = (await eventsOf(t.admin, x.id, 'connection.update')).find((e) => e.data.reason === 'reset');
+      assert.equal(unlinked?.data.phone, '5511900000007', 'the event names the phone whose link was given up');
+      assert.equal((await t.admin.post(`/sandbox/instances/${x.id}/pair`, { code: code.body.code })).status, 200);
+      const paired = await waitForState(t.admin, x.id, 'connected');
+      assert.equal(paired.phone, '5511900000008');
+      // Rule 4: a connected instance is the one that gets 409.
+      const again = await t.admin.post(`/api/instances/${x.id}/pairing-code`, { phone: '5511900000008' });
+      assert.deepEqual([again.status, again.body.code], [409, 'already_connected']);
     });
 
     it('reconnects a connected instance after a restart, without a new scan, and loses no queued send', async () => {

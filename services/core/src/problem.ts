@@ -68,7 +68,7 @@ export const problems = {
   /** The database is away (a restart, a failover): the request is safe to send again. */
   databaseUnavailable: () =>
     new Problem(503, 'database_unavailable', 'The database cannot be reached right now; retry shortly (with the same Idempotency-Key for a send).', undefined, { 'Retry-After': '1' }),
-  /** A pairing-code request for an instance that keeps a linked phone: it reconnects, it does not pair. */
+  /** A pairing-code request to a session that reconnects with a linked phone: it does not pair. */
   linkedAlready: () =>
-    problems.conflict('not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; connect it, or reset it to pair another phone.'),
+    problems.conflict('not_pairing', 'The instance keeps the credentials of its linked phone and reconnects with them; to pair another phone, disconnect or reset it, then request a code.'),
 };

@@ -181,8 +181,7 @@ export const instanceRoutes = [
     responses: { 200: InstanceRecord },
     handler: async ({ deps, params }) => {
       await loadInstance(deps, params.id);
-      await deps.resources?.requestReset(params.id);
-      await deps.runtime.reset(params.id);
+      await unlinkKeptPhone(deps, params.id);
       return recordReply(await reload(deps, params.id));
     },
   }),
@@ -191,19 +190,19 @@ export const instanceRoutes = [
     path: '/api/instances/{id}/pairing-code',
     auth: 'admin',
     tag: 'lifecycle',
-    summary: 'Request a phone pairing code (one per interval; never logged)',
+    summary: 'Request a phone pairing code (one per interval; never logged); a disconnected instance gives up its kept link first',
     body: PairingBody,
     headers: SECRET_HEADERS, // every answer this route gives, its refusals too (spec: pairing codes)
     responses: { 200: z.object({ code: z.string(), expiresAt: z.string() }), 409: 'already connected', 429: 'too soon' },
     handler: async ({ deps, params, body }) => {
       const row = await loadInstance(deps, params.id);
       if (row.state === 'connected') throw problems.conflict('already_connected', 'The instance is already connected; disconnect or reset it first.');
-      // A disconnected instance that kept its linked phone would reconnect with it, not pair:
-      // refused without starting it, so no run-state change or event comes of the request.
-      if (row.paused && row.phone) throw problems.linkedAlready();
       await claimPairingSlot(deps, params.id);
       let reply: Record<string, unknown>;
       try {
+        // A disconnected instance may pair (the specification refuses only a connected one), and
+        // a code links a new device only: the link it kept is given up first, as a reset does.
+        if (row.paused && row.phone) await unlinkKeptPhone(deps, params.id);
         if (row.paused || row.state === 'stopped' || row.state === 'logged_out') await setRunState(deps, params.id, false);
         reply = await callSession(deps, params.id, 'pairing-code', { phone: body.phone });
       } catch (err) {
@@ -221,6 +220,12 @@ export const instanceRoutes = [
     },
   }),
 ];
+
+/** Reset: the session (running or not) forgets its credentials and pairs again when it runs. */
+async function unlinkKeptPhone(deps: GatewayDeps, id: string): Promise<void> {
+  await deps.resources?.requestReset(id);
+  await deps.runtime.reset(id);
+}
 
 function needsNoPairing(err: unknown): boolean {
   return err instanceof Problem && (err.code === 'not_pairing' || err.code === 'already_connected');

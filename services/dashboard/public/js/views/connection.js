@@ -97,6 +97,10 @@ export function render(container, { api, navigate, instance, refresh }) {
   async function requestPairingCode(event) {
     event.preventDefault();
     const phone = String(new FormData(pairingForm).get('phone')).trim();
+    if (latest.paused && latest.phone) {
+      const message = `This instance keeps its link to +${latest.phone}. A pairing code links a new device: that link is given up first, as a reset does.`;
+      if (!(await confirmAction(message, { title: 'Pair this instance again?', confirmLabel: 'Give up the link and pair' }))) return;
+    }
     const result = await submitting(pairingForm, () => api.post(path`/api/instances/${id}/pairing-code`, { phone }));
     if (!result) return;
     replaceChildren(
