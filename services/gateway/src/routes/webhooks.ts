@@ -1,7 +1,6 @@
 // Webhook configuration, signing secret, test event and the boolean settings.
-import { timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
-import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, Problem, problems, randomToken, recordEvent, TOKEN_PREFIXES, WEBHOOK_DESTINATIONS, type Db, type FieldProblem } from '@switchboard/core';
+import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, Problem, problems, randomToken, recordEvent, safeEqual, TOKEN_PREFIXES, WEBHOOK_DESTINATIONS, type Db, type FieldProblem } from '@switchboard/core';
 import type { GatewayDeps } from '../deps.ts';
 import { route } from '../http/route.ts';
 import { Settings, SettingsBody, WebhookBody, WebhookConfig } from '../schemas.ts';
@@ -31,12 +30,6 @@ export async function lockInstanceForRouting(trx: Db, id: string): Promise<any> 
 function found(row: any): any {
   if (!row) throw problems.notFound('The instance');
   return row;
-}
-
-function sameSecret(given: string, secret: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(secret);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 function foreignSecret(): Problem {
@@ -87,7 +80,7 @@ export const webhookRoutes = [
         const row = await lockInstanceForRouting(trx, params.id);
         const settings = { ...settingsOf(row), ...(body.settings ?? {}) };
         const secret = await ensureSecret(deps, trx, row);
-        if (body.secret !== undefined && !sameSecret(body.secret, secret)) throw foreignSecret();
+        if (body.secret !== undefined && !safeEqual(body.secret, secret)) throw foreignSecret();
         await trx('instances').where({ id: params.id }).update({ webhook: JSON.stringify(config), settings: JSON.stringify(settings), updated_at: trx.fn.now() });
         await cancelDeliveriesForRemovedUrls(trx, params.id, config);
         return { settings, secret };
