@@ -13,6 +13,7 @@ import { printTable, writeJson, type Row } from './report.ts';
 import { settleMachine } from './settle.ts';
 import { measureAccept, prepareAcceptInstances, type AcceptFigures } from './scenarios/accept.ts';
 import { measureDispatcher, PER_DESTINATION_CONCURRENCY } from './scenarios/dispatcher-throughput.ts';
+import { measureFarReceiver, type FarReceiverFigures } from './scenarios/far-receiver.ts';
 import { measureSessionMemory } from './scenarios/memory.ts';
 import { collectLatency, driveInbound } from './scenarios/webhook-latency.ts';
 import { measurePipelineHops } from './scenarios/pipeline-hops.ts';
@@ -24,10 +25,12 @@ const OUT = process.env.BENCH_OUT ?? join(REPO_ROOT, 'test/bench/results/latest.
 const ACCEPT = { durationMs: SECONDS * 1000, warmupMs: 1500, concurrencies: [32, 64, 128] };
 // Events of the dispatcher scenario (BENCH_DISPATCH_EVENTS): enough that both rates are steady-state.
 const DISPATCH_EVENTS = Number(process.env.BENCH_DISPATCH_EVENTS ?? 20_000);
+// The far-receiver scenario's backlog (BENCH_FAR_EVENTS): 12 s to drain at a fixed 4 per URL.
+const FAR_EVENTS = Number(process.env.BENCH_FAR_EVENTS ?? 1000);
 const ACCEPT_INSTANCES = 600; // × 1000 queue slots each: nothing consumes them in the bench, and the queue limit must never cap the figure
 // BENCH_ONLY=dispatcher,pipeline,accept-cluster,… runs only those scenarios (to compare one change
 // before/after); the full table needs every scenario but `hops`, a diagnostic run only on request.
-const SCENARIOS = ['baseline', 'floor', 'accept-embedded', 'accept-cluster', 'dispatcher', 'pipeline', 'hops'] as const;
+const SCENARIOS = ['baseline', 'floor', 'accept-embedded', 'accept-cluster', 'dispatcher', 'far-receiver', 'pipeline', 'hops'] as const;
 // The rates of the `hops` scenario's windows (BENCH_HOPS_RATES, inbound messages a second).
 const HOPS_RATES = (process.env.BENCH_HOPS_RATES ?? '20,200').split(',').map(Number);
 type Scenario = (typeof SCENARIOS)[number];
@@ -94,8 +97,9 @@ async function main(): Promise<void> {
   await settled(() => acceptOnCluster(accept));
 
   const dispatcher = await settled(measureDispatcherScenario);
+  const farReceiver = await settled(measureFarReceiverScenario);
   const pipeline = await settled(measurePipeline);
-  const rows = tableRows(accept, dispatcher, pipeline, wakeUp);
+  const rows = tableRows(accept, dispatcher, farReceiver, pipeline, wakeUp);
   console.log('');
   printTable(rows);
   const strip = ({ load, ...rest }: { load: unknown } & Record<string, unknown>) => (void load, rest);
@@ -105,6 +109,7 @@ async function main(): Promise<void> {
     windowSeconds: SECONDS,
     accept,
     dispatcher,
+    farReceiver,
     e2e: strip(pipeline.e2e as any),
     e2eColdStart: strip(pipeline.coldStart as any),
     isolation: { single: strip(pipeline.isolation.single as any), alone: strip(pipeline.isolation.alone as any), withBlackHole: strip(pipeline.isolation.withBlackHole as any), ratio: pipeline.isolation.ratio },
@@ -124,6 +129,7 @@ async function runSelected(accept: Record<string, AcceptFigures>, wakeUp: WakeUp
   const strip = (a: AcceptFigures) => Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'load' && !k.endsWith('Load')));
   out.accept = Object.fromEntries(Object.entries(accept).map(([k, v]) => [k, strip(v)]));
   if (wants('dispatcher')) out.dispatcher = await settled(measureDispatcherScenario);
+  if (wants('far-receiver')) out.farReceiver = await settled(measureFarReceiverScenario);
   if (wants('pipeline')) {
     const p = await settled(measurePipeline);
     const brief = (w: { p50Ms: number; p99Ms: number; arrived: number; sent: number }) => ({ p50Ms: w.p50Ms, p99Ms: w.p99Ms, arrived: w.arrived, sent: w.sent });
@@ -141,9 +147,15 @@ function benchNodeArgs(): string[] | undefined {
 
 function measureDispatcherScenario() {
   const nodeArgs = benchNodeArgs();
-  // BENCH_DISPATCH_CONCURRENCY sets the dispatcher's per-destination slots and the loop's alike.
-  const env = { DISPATCHER_PER_DESTINATION_CONCURRENCY: String(PER_DESTINATION_CONCURRENCY) };
+  // BENCH_DISPATCH_CONCURRENCY sets the dispatcher's per-destination slots and the loop's alike;
+  // the dispatcher keeps them (earns none: destination-concurrency.ts), so both post as many at once.
+  const slots = String(PER_DESTINATION_CONCURRENCY);
+  const env = { DISPATCHER_PER_DESTINATION_CONCURRENCY: slots, DISPATCHER_PER_DESTINATION_MAX_CONCURRENCY: process.env.BENCH_DISPATCH_MAX_CONCURRENCY ?? slots };
   return withServer(() => startBenchCluster({ dispatchers: 0, nodeArgs, env }), (b) => measureDispatcher(b, DISPATCH_EVENTS, progress('dispatcher')));
+}
+
+function measureFarReceiverScenario() {
+  return withServer(() => startBenchCluster({ dispatchers: 0 }), (b) => measureFarReceiver(b, FAR_EVENTS, progress('far receiver')));
 }
 
 function measurePipeline() {
@@ -210,7 +222,7 @@ function measurePipeline() {
   });
 }
 
-function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<ReturnType<typeof measureDispatcher>>, p: any, wakeUp: WakeUpCost): Row[] {
+function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<ReturnType<typeof measureDispatcher>>, far: FarReceiverFigures, p: any, wakeUp: WakeUpCost): Row[] {
   const base = accept.baseline.peakRps;
   const rows: Row[] = [
     { figure: 'machine: CPU per process wake-up / loopback round trip', value: `${wakeUp.timerWakeUpUs.toFixed(0)} / ${wakeUp.loopbackRoundTripUs.toFixed(0)} µs` },{ figure: 'accept: bare Koa 202 (baseline)', value: `${base.toFixed(0)} req/s at ${accept.baseline.peakConcurrency} in flight, p50 ${accept.baseline.peakP50Ms.toFixed(1)} ms, p99 ${accept.baseline.peakP99Ms.toFixed(1)} ms` }];
@@ -241,6 +253,11 @@ function tableRows(accept: Record<string, AcceptFigures>, dispatcher: Awaited<Re
   rows.push({ figure: 'inbound → signed webhook, 200 events/s (third window at that rate)', value: `p50 ${p.e2e.p50Ms.toFixed(1)} ms, p99 ${p.e2e.p99Ms.toFixed(1)} ms (${p.e2e.arrived}/${p.e2e.sent})`, target: 'p99 ≤ 100 ms', pass: p.e2e.p99Ms <= 100 && p.e2e.arrived === p.e2e.sent });
   rows.push({ figure: 'inbound → signed webhook, first window at 200 events/s after the start', value: `p50 ${p.coldStart.p50Ms.toFixed(1)} ms, p99 ${p.coldStart.p99Ms.toFixed(1)} ms (${p.coldStart.arrived}/${p.coldStart.sent})` });
   rows.push({ figure: 'dispatcher → healthy receiver', value: `${dispatcher.dispatcherPerSecond.toFixed(0)} /s (${(dispatcher.ratio * 100).toFixed(0)} %)`, baseline: `${dispatcher.baselinePerSecond.toFixed(0)} /s undici loop`, target: '≥ 60 %', pass: dispatcher.ratio >= 0.6 });
+  rows.push({
+    figure: `dispatcher → receiver ${far.receiverDelayMs} ms away, backlog of ${far.events}`,
+    value: `${far.earned.perSecond.toFixed(0)} /s (${far.ratio.toFixed(1)} ×), at most ${far.earned.maxInFlight} at once`,
+    baseline: `${far.fixed.perSecond.toFixed(0)} /s at a fixed ${far.fixed.maxInFlight} per URL`,
+  });
   rows.push({ figure: 'isolation: healthy p99 next to a black-holed / a healthy destination', value: `${p.isolation.ratio.toFixed(2)} (${p.isolation.withBlackHole.p99Ms.toFixed(1)} / ${p.isolation.alone.p99Ms.toFixed(1)} ms)`, target: '≤ 1.5', pass: p.isolation.ratio <= 1.5 });
   rows.push({ figure: 'session worker RSS idle', value: `${p.memory.idleRssMiB.toFixed(1)} MiB` });
   rows.push({ figure: 'session worker RSS after 1000 sends', value: `${p.memory.after1000SendsRssMiB.toFixed(1)} MiB` });

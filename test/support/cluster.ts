@@ -219,7 +219,8 @@ export interface Cluster {
   readonly gateway: ManagedProcess;
   readonly dispatchers: ManagedProcess[];
   readonly sessions: Map<string, ManagedProcess>;
-  startDispatcher(): ManagedProcess;
+  /** `extraEnv`: settings of this replica only (tuning variables, for example). */
+  startDispatcher(extraEnv?: Record<string, string>): ManagedProcess;
   /** The operator's job without Kubernetes: one session process per instance. */
   startSession(instanceId: string): ManagedProcess;
   /** Resolves once /health answers (after a gateway restart, for example). */
@@ -271,8 +272,8 @@ export async function startCluster(opts: ClusterOptions & { dispatchers?: number
     gateway,
     dispatchers,
     sessions,
-    startDispatcher() {
-      const p = spawnManaged({ name: `dispatcher-${dispatchers.length}`, args: service('dispatcher'), env });
+    startDispatcher(extraEnv) {
+      const p = spawnManaged({ name: `dispatcher-${dispatchers.length}`, args: service('dispatcher'), env: { ...env, ...extraEnv } });
       dispatchers.push(p);
       return p;
     },

@@ -75,7 +75,14 @@ export async function startHttpsReceiver(responder: Responder = () => ({ status:
         requests.push(record);
         inFlight++;
         maxInFlight = Math.max(maxInFlight, inFlight);
-        res.on('close', () => inFlight--);
+        // Out of flight once answered (a client that hears the answer may send its next request
+        // before this loop sees the response close), or when the connection goes without one.
+        let counted = true;
+        const done = () => {
+          if (counted) inFlight--;
+          counted = false;
+        };
+        res.on('close', done);
         for (const wake of waiters) wake();
         const answer = respond(record, index);
         if (answer.blackHole) return;
@@ -84,6 +91,7 @@ export async function startHttpsReceiver(responder: Responder = () => ({ status:
           const headers: Record<string, string> = { 'content-type': 'text/plain' };
           if (answer.retryAfter !== undefined) headers['retry-after'] = answer.retryAfter;
           if (answer.location !== undefined) headers.location = answer.location;
+          done();
           res.writeHead(answer.status ?? 200, headers).end(answer.body ?? 'ok');
         };
         const answerNow = () => {

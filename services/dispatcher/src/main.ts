@@ -3,10 +3,12 @@
 //
 // Besides the shared variables (DESIGN §4) it reads optional tuning variables, mainly for tests:
 // DISPATCHER_POLL_INTERVAL_MS, DISPATCHER_LEASE_MS, DISPATCHER_ATTEMPT_TIMEOUT_MS,
-// DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
+// DISPATCHER_MAX_CONCURRENT, DISPATCHER_PER_DESTINATION_CONCURRENCY,
+// DISPATCHER_PER_DESTINATION_MAX_CONCURRENCY, DISPATCHER_REPLICA_HEARTBEAT_MS,
 // DISPATCHER_REPLICA_GONE_AFTER_MS.
 import { checkEncryptionKeyAtStart, checkReadiness, checkTelemetryEnv, ConfigError, EnvReader, MAX_TIMER_MS, readEnvironment, requireSettings, runService, startStep, Crypto, createLogger, createMetrics, healthPortFrom, loadConfig, migrate, openBus, openDatabase, startHealthServer, startTelemetry } from '@switchboard/core';
 import { startDispatcher, type DispatcherOptions } from './index.ts';
+import { DEFAULT_SCHEDULER_OPTIONS } from './scheduler.ts';
 import { livenessOptions, silenceTooShort } from './replica-liveness.ts';
 
 const TUNING: Record<string, keyof DispatcherOptions> = {
@@ -15,6 +17,7 @@ const TUNING: Record<string, keyof DispatcherOptions> = {
   DISPATCHER_ATTEMPT_TIMEOUT_MS: 'attemptTimeoutMs',
   DISPATCHER_MAX_CONCURRENT: 'maxConcurrent',
   DISPATCHER_PER_DESTINATION_CONCURRENCY: 'perDestinationConcurrency',
+  DISPATCHER_PER_DESTINATION_MAX_CONCURRENCY: 'perDestinationMaxConcurrency',
   DISPATCHER_REPLICA_HEARTBEAT_MS: 'replicaHeartbeatMs',
   DISPATCHER_REPLICA_GONE_AFTER_MS: 'replicaGoneAfterMs',
 };
@@ -29,6 +32,8 @@ function readTuning(env: NodeJS.ProcessEnv): DispatcherOptions {
   }
   const liveness = livenessOptions(options.replicaHeartbeatMs, options.replicaGoneAfterMs);
   if (silenceTooShort(liveness)) problems.push(`DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS (${liveness.heartbeatMs}), got ${liveness.goneAfterMs}`);
+  const { perDestinationConcurrency: base = DEFAULT_SCHEDULER_OPTIONS.perDestinationConcurrency, perDestinationMaxConcurrency: max } = options;
+  if (max !== undefined && max < base) problems.push(`DISPATCHER_PER_DESTINATION_MAX_CONCURRENCY: must be at least DISPATCHER_PER_DESTINATION_CONCURRENCY (${base}), got ${max}; set them equal for a fixed concurrency`);
   if (problems.length) throw new ConfigError(problems);
   return options as DispatcherOptions;
 }

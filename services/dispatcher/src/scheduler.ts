@@ -5,7 +5,9 @@
 //
 // Isolation: at most `maxConcurrent` attempts at once, and at most `perDestinationConcurrency`
 // per destination (webhook URL); destinations at their cap are left out of the claim query, so a
-// slow receiver only fills its own slots. A circuit breaker per destination stops requests to an
+// slow receiver only fills its own slots. A URL with a backlog that answers promptly may earn more
+// slots, up to `perDestinationMaxConcurrency` (destination-concurrency.ts), lent only while half
+// of `maxConcurrent` is free. A circuit breaker per destination stops requests to an
 // endpoint that keeps timing out (breaker.ts). Both are per URL, not per host: tenants may share a webhook host
 // (a hosted automation service), and one tenant's hanging or failing path (a half-open probe can
 // take the whole attempt time-out) must not hold back the others.
@@ -25,6 +27,7 @@ import type { EgressClient } from './egress.ts';
 import { DeliveredWriter } from './delivered-writer.ts';
 import { RecentValues } from './recent-values.ts';
 import { ResponsiveDestinations } from './responsive-destinations.ts';
+import { DestinationConcurrency } from './destination-concurrency.ts';
 import type { DeliveryHandOff } from './intake.ts';
 import { claimDueDeliveries, recordCutOffAttempt, recordFailure, releaseClaim, type ClaimedDelivery } from './store.ts';
 
@@ -39,7 +42,11 @@ export interface SchedulerOptions {
   /** Attempts in flight at once. Generous: a hanging receiver holds its slots for the whole
    *  time-out, and only when hanging URLs fill all of them does every other tenant wait. */
   maxConcurrent: number;
+  /** Attempts at once per webhook URL (its base; see perDestinationMaxConcurrency). */
   perDestinationConcurrency: number;
+  /** The most a URL may earn by answering promptly with a backlog (destination-concurrency.ts);
+   *  at or below perDestinationConcurrency, every URL keeps its base. */
+  perDestinationMaxConcurrency: number;
   breakerThreshold: number;
   breakerCooldownMs: number;
   /** Most deliveries claimed by one query. */
@@ -85,6 +92,7 @@ export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
   attemptTimeoutMs: 15_000,
   maxConcurrent: 256,
   perDestinationConcurrency: 4,
+  perDestinationMaxConcurrency: 32,
   breakerThreshold: 5,
   breakerCooldownMs: 30_000,
   claimBatchSize: 64,
@@ -121,7 +129,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
   private readonly attemptDeps: AttemptDeps;
   private readonly perDestination = new Map<string, number>();
   private readonly responsive = new ResponsiveDestinations();
-  /** Claims waiting for a slot of their destination (at most perDestinationConcurrency each), so
+  private readonly concurrency: DestinationConcurrency;
+  /** Claims waiting for a slot of their destination (at most a claim batch each, see roomFor), so
    *  a finished attempt starts the next one without waiting for a claim round trip. */
   private readonly ready = new Map<string, ClaimedDelivery[]>();
   /** When each claim reached this scheduler, on the local monotonic clock. Its lease, set by the
@@ -162,6 +171,8 @@ export class DeliveryScheduler implements DeliveryHandOff {
     // A lease shorter than an attempt would let another replica start the same delivery.
     const { leaseMs, attemptTimeoutMs } = this.opts;
     if (leaseMs <= attemptTimeoutMs) throw new Error(`dispatcher: leaseMs (${leaseMs}) must exceed attemptTimeoutMs (${attemptTimeoutMs})`);
+    const { perDestinationConcurrency: base, perDestinationMaxConcurrency: max } = this.opts;
+    this.concurrency = new DestinationConcurrency({ base, max: Math.max(base, max) });
     this.breakers = new CircuitBreakers({ threshold: this.opts.breakerThreshold, cooldownMs: this.opts.breakerCooldownMs });
     this.delivered = new DeliveredWriter(deps.db);
     const secrets = new RecentValues((sealed) => deps.crypto.open(sealed));
@@ -378,7 +389,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       got.set(key, (got.get(key) ?? 0) + 1);
     }
     for (const key of new Set([...lookedAt, ...got.keys()])) {
-      const room = freeSlots[key] ?? this.opts.perDestinationConcurrency;
+      const room = freeSlots[key] ?? this.limitOf(key);
       if (room > 0 && (got.get(key) ?? 0) < room) this.drained.add(key);
       else this.drained.delete(key);
     }
@@ -390,7 +401,15 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  wait in all, only free slots are claimed. */
   private roomFor(key: string, waiting = this.readyCount()): number {
     const prefetching = waiting < this.opts.claimBatchSize * WAITING_BATCHES && this.responsive.isResponsive(key);
-    return this.opts.perDestinationConcurrency + (prefetching ? this.opts.claimBatchSize : 0);
+    return this.limitOf(key) + (prefetching ? this.opts.claimBatchSize : 0);
+  }
+
+  /** How many attempts this destination may have under way now: what it has earned (see
+   *  DestinationConcurrency) while the replica has half its slots free, else its base, so
+   *  earned slots never crowd out other tenants. */
+  private limitOf(key: string): number {
+    if (this.inFlight.size >= this.opts.maxConcurrent / 2) return this.opts.perDestinationConcurrency;
+    return this.concurrency.limitOf(key);
   }
 
   /** Whether a destination's waiting claims run low while it may have more due rows. */
@@ -435,7 +454,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
    *  the rest would wait here with nothing under way to start them. */
   private async startReady(key: string): Promise<void> {
     const queue = this.ready.get(key);
-    while (queue?.length && (this.perDestination.get(key) ?? 0) < this.opts.perDestinationConcurrency && !this.stopped) {
+    while (queue?.length && (this.perDestination.get(key) ?? 0) < this.limitOf(key) && !this.stopped) {
       const claim = queue.shift()!;
       await this.dispatch(claim).catch((err) => this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: a waiting delivery could not be started; its lease brings it back'));
     }
@@ -451,7 +470,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
   /** Starts the attempt of one claim, or hands the claim back when its destination cannot take it. */
   private async dispatch(claim: ClaimedDelivery): Promise<void> {
     const key = destinationOf(claim);
-    if ((this.perDestination.get(key) ?? 0) >= this.opts.perDestinationConcurrency) {
+    if ((this.perDestination.get(key) ?? 0) >= this.limitOf(key)) {
       // All slots busy: the claim waits (leased) for the next free one.
       if (this.stopped) await releaseClaim(this.deps.db, claim, claim.dueAt);
       else this.waitForSlot(key, claim);
@@ -511,7 +530,11 @@ export class DeliveryScheduler implements DeliveryHandOff {
     if (outcome.kind === 'gone') this.breakers.releaseProbe(key);
     else if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
     else this.breakers.recordPromptOutcome(key);
-    if (outcome.kind !== 'gone' && outcome.statusCode !== null) this.responsive.answered(key, performance.now() - started);
+    if (outcome.kind !== 'gone') {
+      const tookMs = performance.now() - started;
+      if (outcome.statusCode !== null) this.responsive.answered(key, tookMs);
+      this.concurrency.answered(key, { tookMs, statusCode: outcome.statusCode, backlog: (this.ready.get(key)?.length ?? 0) > 0 });
+    }
     // In the attempt's trace (not in that of whatever started the claim): its log lines join the
     // trace of the event it delivered, and so do the statements it makes alone (a "delivered"
     // write gathered with others runs in the trace of the first).

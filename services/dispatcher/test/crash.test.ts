@@ -127,4 +127,11 @@ describe('dispatcher crash safety (main.ts, PostgreSQL + NATS)', function () {
     assert.equal(run.status, 2, run.stderr);
     assert.match(run.stderr, /configuration error: DISPATCHER_REPLICA_GONE_AFTER_MS: must be at least twice DISPATCHER_REPLICA_HEARTBEAT_MS \(1000\), got 1500/);
   });
+
+  it('refuses at start a most per URL below the base, naming both', () => {
+    const env = { ...process.env, DATABASE_URL: dbUrl, NATS_URL, ENCRYPTION_KEY: masterKey.toString('base64'), DISPATCHER_PER_DESTINATION_CONCURRENCY: '8', DISPATCHER_PER_DESTINATION_MAX_CONCURRENCY: '6' };
+    const run = spawnSync(process.execPath, [main], { env, encoding: 'utf8', timeout: 30_000 });
+    assert.equal(run.status, 2, run.stderr);
+    assert.match(run.stderr, /configuration error: DISPATCHER_PER_DESTINATION_MAX_CONCURRENCY: must be at least DISPATCHER_PER_DESTINATION_CONCURRENCY \(8\), got 6/);
+  });
 });

@@ -411,6 +411,45 @@ describe('delivery scheduler (PostgreSQL + HTTPS receiver)', function () {
     assert.equal(await leased(silent.id), 2, 'the silent destination: its 2 attempts under way, nothing waiting');
   });
 
+  describe('concurrency a URL earns (a far receiver with a backlog)', () => {
+    /** 120 deliveries to one URL that answers in 100 ms with `status`, from a scheduler with these
+     *  options; how many requests the receiver had at once at most. */
+    const peakInFlight = async (path: string, status: number, opts: Partial<SchedulerOptions>) => {
+      await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });
+      receiver.respondWith(() => ({ status, delayMs: 100 }));
+      const inst = await createInstance(db, { webhook: { url: receiver.url(path) } });
+      const retryLate = [0, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000, 60_000];
+      const events: EventEnvelope[] = [];
+      for (let i = 0; i < 120; i++) events.push(await recordRoutedEvent(db, inst.id, 'message.sent', {}, retryLate));
+      start(db, { schedule: retryLate, leaseMs: 60_000, egress: { timeoutMs: 5000 }, ...opts });
+      await receiver.waitForRequests(events.length, 20_000);
+      const ids = receiver.requests.map((r) => r.headers['x-service-event-id']);
+      assert.deepEqual(new Set(ids), new Set(events.map((e) => e.id)), 'each delivery attempted');
+      assert.equal(ids.length, events.length, 'exactly once');
+      return receiver.maxInFlight;
+    };
+
+    it('grows past its base while it answers promptly, up to the most', async () => {
+      const peak = await peakInFlight('/far', 200, { perDestinationConcurrency: 4, perDestinationMaxConcurrency: 12 });
+      assert.ok(peak > 4 && peak <= 12, `at most 12 at once, and more than 4: ${peak}`);
+    });
+
+    it('keeps its base when the receiver says it is overloaded (503)', async () => {
+      const peak = await peakInFlight('/busy', 503, { perDestinationConcurrency: 4, perDestinationMaxConcurrency: 12 });
+      assert.equal(peak, 4);
+    });
+
+    it('is lent slots only while half the overall cap is free', async () => {
+      const lent = await peakInFlight('/lent', 200, { perDestinationConcurrency: 4, perDestinationMaxConcurrency: 32, maxConcurrent: 12 });
+      assert.ok(lent > 4 && lent <= 6, `past its base, but to at most half of 12: ${lent}`);
+    });
+
+    it('keeps its base when the most is the base', async () => {
+      const fixed = await peakInFlight('/fixed', 200, { perDestinationConcurrency: 4, perDestinationMaxConcurrency: 4 });
+      assert.equal(fixed, 4);
+    });
+  });
+
   it('asks the database again only when a claim may have left rows or new ones were announced', async () => {
     // Open deliveries left by earlier tests would be claimed too (and counted): close them.
     await db('deliveries').whereIn('status', ['pending', 'retrying']).update({ status: 'cancelled', next_attempt_at: null });

@@ -43,7 +43,7 @@ describe('dispatcher scheduler under faults (PostgreSQL)', function () {
     it(`attempts none after ${what}`, async () => {
       const inst = await createInstance(db, { webhook: { url: URL_A } });
       for (let i = 0; i < 40; i++) await recordRoutedEvent(db, inst.id, 'message.sent', {}, SCHEDULE);
-      // One slot, 300 ms answers: a quick destination, so claims are taken ahead and wait.
+      // One slot (never more), 300 ms answers: a quick destination, so claims are taken ahead and wait.
       let cancelled = false;
       let started = 0;
       const startedAfterCancel: string[] = [];
@@ -57,7 +57,7 @@ describe('dispatcher scheduler under faults (PostgreSQL)', function () {
         async close() {},
       };
       const dispatcher = await startDispatcher({
-        db, bus: new MemoryBus({ log }), crypto, log, egress, consumeEvents: false, pollIntervalMs: 40, perDestinationConcurrency: 1,
+        db, bus: new MemoryBus({ log }), crypto, log, egress, consumeEvents: false, pollIntervalMs: 40, perDestinationConcurrency: 1, perDestinationMaxConcurrency: 1,
         config: { webhookRetrySchedule: SCHEDULE, webhookAllowPrivateTargets: false },
       });
       try {

@@ -5,6 +5,7 @@ import { retryDelayMs } from '../src/backoff.ts';
 import { wakeUpTime } from '../src/scheduler.ts';
 import { CircuitBreakers } from '../src/breaker.ts';
 import { QUICK_ANSWER_MS, RESPONSIVE_FOR_MS, ResponsiveDestinations } from '../src/responsive-destinations.ts';
+import { DestinationConcurrency, type AttemptAnswer } from '../src/destination-concurrency.ts';
 import { checkWebhookUrl, isPublicAddress, parseRetryAfter } from '../src/egress.ts';
 import { computeSignature, signatureHeaders, verifySignature } from '../src/signing.ts';
 
@@ -181,5 +182,92 @@ describe('ResponsiveDestinations', () => {
     assert.equal(d.isResponsive('b'), false, 'per destination');
     now += RESPONSIVE_FOR_MS + 1;
     assert.equal(d.isResponsive('a'), false, 'lapsed');
+  });
+});
+
+describe('DestinationConcurrency', () => {
+  const setup = (bounds = { base: 4, max: 12 }) => {
+    const clock = { now: 0 };
+    return { clock, c: new DestinationConcurrency(bounds, () => clock.now) };
+  };
+  /** One round trip of answers at the URL's current limit. */
+  const roundTrip = (c: DestinationConcurrency, key: string, answer: AttemptAnswer) => {
+    for (let i = c.limitOf(key); i > 0; i--) c.answered(key, answer);
+  };
+  const quick = { tookMs: 100, statusCode: 200, backlog: true };
+
+  it('earns one slot per round trip of prompt answers while it has a backlog, up to the most', () => {
+    const { c } = setup();
+    assert.equal(c.limitOf('a'), 4);
+    roundTrip(c, 'a', quick);
+    assert.equal(c.limitOf('a'), 5);
+    roundTrip(c, 'a', quick);
+    assert.equal(c.limitOf('a'), 6);
+    assert.equal(c.limitOf('b'), 4, 'per URL');
+    for (let i = 0; i < 50; i++) roundTrip(c, 'a', quick);
+    assert.equal(c.limitOf('a'), 12, 'never past the most');
+  });
+
+  it('earns nothing without a backlog, for failures without an answer, or for answers slower than a second', () => {
+    const { c } = setup();
+    for (let i = 0; i < 20; i++) roundTrip(c, 'a', { ...quick, backlog: false });
+    assert.equal(c.limitOf('a'), 4, 'no backlog: more slots would not be used');
+    for (let i = 0; i < 20; i++) roundTrip(c, 'b', { tookMs: 15_000, statusCode: null, backlog: true });
+    assert.equal(c.limitOf('b'), 4, 'a hanging URL keeps its base');
+    for (let i = 0; i < 20; i++) roundTrip(c, 'c', { tookMs: 1500, statusCode: 200, backlog: true });
+    assert.equal(c.limitOf('c'), 4, 'answers slower than a second earn nothing');
+  });
+
+  it('stops growing where the receiver starts to queue: answers twice as slow as its fastest', () => {
+    // A receiver that serves 5 requests at once in 100 ms and queues the rest.
+    const { c } = setup({ base: 4, max: 32 });
+    const seen = new Set<number>();
+    for (let i = 0; i < 200; i++) {
+      const limit = c.limitOf('a');
+      seen.add(limit);
+      roundTrip(c, 'a', { ...quick, tookMs: 100 * Math.max(1, limit / 5) });
+    }
+    assert.ok(Math.max(...seen) <= 11 && Math.max(...seen) >= 10, `grew to where answers take twice as long, and no further: ${[...seen]}`);
+    assert.ok(c.limitOf('a') >= 9, 'and stays about there');
+  });
+
+  it('a receiver that became slower for good is judged by its new pace once back at base', () => {
+    const { c } = setup();
+    roundTrip(c, 'a', quick);
+    roundTrip(c, 'a', quick);
+    assert.equal(c.limitOf('a'), 6);
+    const slower = { ...quick, tookMs: 250 };
+    roundTrip(c, 'a', slower);
+    roundTrip(c, 'a', slower);
+    assert.equal(c.limitOf('a'), 4, 'over twice as slow: a slot back per round trip');
+    for (let i = 0; i < 10; i++) roundTrip(c, 'a', slower);
+    assert.ok(c.limitOf('a') > 4, 'then 250 ms is its pace, and it earns slots again');
+  });
+
+  it('gives its slots back at once on strain: all on a time-out, half on 429, 503 or a slow answer', () => {
+    const { c } = setup({ base: 4, max: 64 });
+    for (let i = 0; i < 40; i++) roundTrip(c, 'a', quick);
+    assert.equal(c.limitOf('a'), 44);
+    c.answered('a', { ...quick, statusCode: 503 });
+    assert.equal(c.limitOf('a'), 22);
+    c.answered('a', { ...quick, statusCode: 429 });
+    assert.equal(c.limitOf('a'), 11);
+    c.answered('a', { ...quick, tookMs: 1001 });
+    assert.equal(c.limitOf('a'), 5);
+    c.answered('a', { ...quick, statusCode: 500 });
+    assert.equal(c.limitOf('a'), 5, 'another error status is an answer: no strain');
+    c.answered('a', { tookMs: 30, statusCode: null, backlog: true });
+    assert.equal(c.limitOf('a'), 4, 'no answer: back to base');
+  });
+
+  it('starts afresh from its base when unused for a while; is off when the most is the base', () => {
+    const { c, clock } = setup();
+    for (let i = 0; i < 5; i++) roundTrip(c, 'a', quick);
+    assert.equal(c.limitOf('a'), 9);
+    clock.now += RESPONSIVE_FOR_MS + 1;
+    assert.equal(c.limitOf('a'), 4);
+    const off = setup({ base: 4, max: 4 }).c;
+    for (let i = 0; i < 10; i++) roundTrip(off, 'a', quick);
+    assert.equal(off.limitOf('a'), 4);
   });
 });
