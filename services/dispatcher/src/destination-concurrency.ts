@@ -1,7 +1,8 @@
 // How many attempts one webhook URL may have under way at once on this replica. Each URL starts at
 // the configured concurrency (`base`); with a fixed cap a URL gets at most base events per round
 // trip of its receiver (40 a second for one 100 ms away), however large its backlog. So a URL that
-// has a backlog and keeps answering about as quickly as it does unloaded earns slots, up to `max`:
+// has a backlog and keeps accepting deliveries (2xx) about as quickly as it does unloaded earns
+// slots, up to `max`:
 // one more per round trip of answers (additive, like TCP's congestion avoidance). It gives them
 // back as soon as it shows strain:
 // - no answer (time-out, refused or broken connection): back to base at once;
@@ -85,7 +86,7 @@ export class DestinationConcurrency {
       this.moveTo(state, Math.floor(state.limit / 2));
     } else if (answer.tookMs > 2 * state.fastestMs + LATENCY_SLACK_MS) {
       if (++state.queued >= state.limit) this.moveTo(state, state.limit - 1);
-    } else if (answer.backlog) {
+    } else if (answer.backlog && answer.statusCode >= 200 && answer.statusCode < 300) {
       if (++state.earned >= state.limit) this.moveTo(state, state.limit + 1);
     }
   }

@@ -208,7 +208,7 @@ describe('DestinationConcurrency', () => {
     assert.equal(c.limitOf('a'), 12, 'never past the most');
   });
 
-  it('earns nothing without a backlog, for failures without an answer, or for answers slower than a second', () => {
+  it('earns nothing without a backlog, for failures, or for answers slower than a second', () => {
     const { c } = setup();
     for (let i = 0; i < 20; i++) roundTrip(c, 'a', { ...quick, backlog: false });
     assert.equal(c.limitOf('a'), 4, 'no backlog: more slots would not be used');
@@ -216,6 +216,8 @@ describe('DestinationConcurrency', () => {
     assert.equal(c.limitOf('b'), 4, 'a hanging URL keeps its base');
     for (let i = 0; i < 20; i++) roundTrip(c, 'c', { tookMs: 1500, statusCode: 200, backlog: true });
     assert.equal(c.limitOf('c'), 4, 'answers slower than a second earn nothing');
+    for (let i = 0; i < 20; i++) roundTrip(c, 'e', { ...quick, statusCode: 500 });
+    assert.equal(c.limitOf('e'), 4, 'neither do failures, however prompt: a broken receiver gets no more at once');
   });
 
   it('stops growing where the receiver starts to queue: answers twice as slow as its fastest', () => {
@@ -255,7 +257,7 @@ describe('DestinationConcurrency', () => {
     c.answered('a', { ...quick, tookMs: 1001 });
     assert.equal(c.limitOf('a'), 5);
     c.answered('a', { ...quick, statusCode: 500 });
-    assert.equal(c.limitOf('a'), 5, 'another error status is an answer: no strain');
+    assert.equal(c.limitOf('a'), 5, 'another error status neither earns nor gives back');
     c.answered('a', { tookMs: 30, statusCode: null, backlog: true });
     assert.equal(c.limitOf('a'), 4, 'no answer: back to base');
   });
