@@ -197,6 +197,7 @@ describe('observability (embedded)', function () {
       const failedLine = await eventually(() => lineOf((l) => l.msg === 'webhook attempt failed' && l.eventId === eventId && l.attempt === 2), 10_000, 'the second failed attempt');
       const attemptSpan = (await spanOf((s) => s.name === 'webhook attempt' && s.attributes['switchboard.event.id'] === eventId && s.attributes['switchboard.webhook.attempt'] === 2))!;
       assert.deepEqual([failedLine.trace_id, failedLine.span_id], [attemptSpan.spanContext().traceId, attemptSpan.spanContext().spanId]);
+      assert.equal(attemptSpan.attributes['switchboard.webhook.concurrency'], 4, 'the URL\'s attempts at once: its base, as it earned none');
     } finally {
       receiver.respondWith(() => ({ status: 200 }));
     }

@@ -26,12 +26,14 @@ export interface AttemptDeps {
   metrics?: Metrics;
 }
 
-export async function performAttempt(deps: AttemptDeps, claim: ClaimedDelivery): Promise<AttemptOutcome> {
+/** `concurrency`: how many attempts its URL may have at once now (shown on the span: a receiver
+ *  that sees more than the base at once can tell the URL earned them). */
+export async function performAttempt(deps: AttemptDeps, claim: ClaimedDelivery, concurrency: number): Promise<AttemptOutcome> {
   // The claim usually carries the material (read by the claim query, just now); else read it.
   const material = claim.material === undefined ? await loadAttemptMaterial(deps.db, claim) : claim.material;
   if (!material) return { kind: 'gone' };
   // Each attempt is a span in the trace of the event it delivers (the event's stored trace context).
-  const attributes = { 'switchboard.instance_id': claim.instanceId, 'switchboard.event.id': claim.eventId, 'switchboard.webhook.attempt': claim.attempts + 1 };
+  const attributes = { 'switchboard.instance_id': claim.instanceId, 'switchboard.event.id': claim.eventId, 'switchboard.webhook.attempt': claim.attempts + 1, 'switchboard.webhook.concurrency': concurrency };
   return inSpan('webhook attempt', { kind: SpanKind.CLIENT, parent: material.traceContext ?? null, attributes }, async (span) => {
     const started = performance.now();
     const outcome = await attemptDelivery(deps, claim, material);

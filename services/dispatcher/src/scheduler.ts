@@ -521,7 +521,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     let outcome: AttemptOutcome;
     const started = performance.now();
     try {
-      outcome = await performAttempt(this.attemptDeps, claim);
+      outcome = await performAttempt(this.attemptDeps, claim, this.limitOf(key));
     } catch (err) {
       this.breakers.releaseProbe(key);
       couldNotRecord(err);

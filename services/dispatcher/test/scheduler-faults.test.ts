@@ -10,7 +10,7 @@ import type { Knex } from 'knex';
 import { cancelDeliveriesForRemovedUrls, cancelPendingDeliveries, MemoryBus } from '@switchboard/core';
 import { startDispatcher } from '../src/index.ts';
 import type { EgressClient } from '../src/egress.ts';
-import { DeliveryScheduler } from '../src/scheduler.ts';
+import { DeliveryScheduler, DEFAULT_SCHEDULER_OPTIONS } from '../src/scheduler.ts';
 import { claimDueDeliveries } from '../src/store.ts';
 import { createInstance, crypto, log, openTestDatabase, recordRoutedEvent, waitFor } from './support.ts';
 
@@ -61,7 +61,15 @@ describe('dispatcher scheduler under faults (PostgreSQL)', function () {
         config: { webhookRetrySchedule: SCHEDULE, webhookAllowPrivateTargets: false },
       });
       try {
-        await waitFor('claims that waited over a second', () => started >= 5);
+        // Every open delivery claimed (no fresh claim can come), each claim taken over a second
+        // ago: the attempts from here on read their row again (a machine under load may take
+        // the claims late, and a claim under a second old is attempted as claimed).
+        await waitFor('claims that waited over a second', async () => {
+          const open = db('deliveries').where({ instance_id: inst.id, status: 'pending' });
+          const due = await open.clone().where('next_attempt_at', '<=', db.fn.now()).first();
+          const youngest = (await open.clone().max({ leaseEnd: 'next_attempt_at' }).select(db.raw(`now() + interval '${DEFAULT_SCHEDULER_OPTIONS.leaseMs - 1200} milliseconds' AS "oldEnough"`)).first()) as { leaseEnd: Date | null; oldEnough: Date };
+          return started >= 2 && !due && youngest.leaseEnd !== null && youngest.leaseEnd < youngest.oldEnough;
+        });
         await db.transaction(async (trx) => {
           await trx('instances').where({ id: inst.id }).forUpdate().first();
           await cancel(trx, inst.id);
