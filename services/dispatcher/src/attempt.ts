@@ -9,11 +9,12 @@ import { EgressError, type EgressClient } from './egress.ts';
 import { signatureHeaders } from './signing.ts';
 import { loadAttemptMaterial, type AttemptMaterial, type ClaimedDelivery } from './store.ts';
 
-/** `traceparent`: the attempt's span, so what is logged about the attempt later joins its trace. */
+/** `traceparent`: the attempt's span, so what is logged about the attempt later joins its trace.
+ *  `requestMs`: how long the request took, sent to answered (or failed); 0 when none was sent. */
 export type AttemptOutcome =
-  | { kind: 'delivered'; statusCode: number; traceparent?: string }
+  | { kind: 'delivered'; statusCode: number; requestMs: number; traceparent?: string }
   /** `timedOut`: no answer within the attempt time-out (the only failure the breaker counts). */
-  | { kind: 'failed'; statusCode: number | null; error: string; retryAfterMs?: number; timedOut?: true; traceparent?: string }
+  | { kind: 'failed'; statusCode: number | null; error: string; requestMs: number; retryAfterMs?: number; timedOut?: true; traceparent?: string }
   /** The event is gone (deleted with its instance): nothing to deliver or record. */
   | { kind: 'gone' };
 
@@ -43,31 +44,32 @@ export async function performAttempt(deps: AttemptDeps, claim: ClaimedDelivery, 
 }
 
 async function attemptDelivery(deps: AttemptDeps, claim: ClaimedDelivery, material: AttemptMaterial): Promise<AttemptOutcome> {
-  if (!claim.url) return { kind: 'failed', statusCode: null, error: 'no destination URL' };
-  if (!material.secretSealed) return { kind: 'failed', statusCode: null, error: 'the instance has no webhook signing secret' };
+  if (!claim.url) return { kind: 'failed', statusCode: null, error: 'no destination URL', requestMs: 0 };
+  if (!material.secretSealed) return { kind: 'failed', statusCode: null, error: 'the instance has no webhook signing secret', requestMs: 0 };
 
   let secret: string;
   try {
     secret = deps.openSecret(material.secretSealed);
   } catch {
-    return { kind: 'failed', statusCode: null, error: 'the webhook signing secret cannot be decrypted' };
+    return { kind: 'failed', statusCode: null, error: 'the webhook signing secret cannot be decrypted', requestMs: 0 };
   }
   const headers = signatureHeaders({ eventId: claim.eventId, secret, rawBody: material.body });
   const traceparent = injectTraceparent(); // the receiver sees this attempt as its parent
   if (traceparent) headers.traceparent = traceparent;
+  const sent = performance.now();
   try {
     const response = await deps.egress.post(claim.url, headers, material.body);
-    return classifyResponse(response.statusCode, response.retryAfterMs);
+    return classifyResponse(response.statusCode, response.retryAfterMs, performance.now() - sent);
   } catch (err) {
-    if (err instanceof EgressError) return { kind: 'failed', statusCode: null, error: `${err.kind}: ${err.message}`, ...(err.kind === 'timeout' ? { timedOut: true } : {}) };
+    if (err instanceof EgressError) return { kind: 'failed', statusCode: null, error: `${err.kind}: ${err.message}`, requestMs: performance.now() - sent, ...(err.kind === 'timeout' ? { timedOut: true } : {}) };
     throw err;
   }
 }
 
-function classifyResponse(statusCode: number, retryAfterMs: number | undefined): AttemptOutcome {
-  if (statusCode >= 200 && statusCode < 300) return { kind: 'delivered', statusCode };
+function classifyResponse(statusCode: number, retryAfterMs: number | undefined, requestMs: number): AttemptOutcome {
+  if (statusCode >= 200 && statusCode < 300) return { kind: 'delivered', statusCode, requestMs };
   const error = statusCode >= 300 && statusCode < 400 ? `HTTP ${statusCode} (redirects are not followed)` : `HTTP ${statusCode}`;
-  return { kind: 'failed', statusCode, error, retryAfterMs };
+  return { kind: 'failed', statusCode, error, requestMs, retryAfterMs };
 }
 
 function observe(metrics: Metrics | undefined, span: Span, outcome: AttemptOutcome, seconds: number): void {

@@ -2,17 +2,17 @@
 // the configured concurrency (`base`); with a fixed cap a URL gets at most base events per round
 // trip of its receiver (40 a second for one 100 ms away), however large its backlog. So a URL that
 // has a backlog and keeps accepting deliveries (2xx) about as quickly as it does unloaded earns
-// slots, up to `max`:
-// one more per round trip of answers (additive, like TCP's congestion avoidance). It gives them
-// back as soon as it shows strain:
+// slots, up to `max`: one more per round trip of answers (additive, like TCP's congestion
+// avoidance). It gives them back as soon as it shows strain:
 // - no answer (time-out, refused or broken connection): back to base at once;
-// - 429 or 503 (the receiver says it is overloaded), or an answer slower than QUICK_ANSWER_MS:
-//   half its slots;
+// - 429 or 503 (the receiver says it is overloaded): half its slots (never below base);
 // - answers more than twice as slow as its fastest (the receiver queues our requests): one slot
 //   less per round trip of them.
-// A URL that hangs or fails therefore never holds more than base, and the scheduler lends the
-// extra slots only while the replica has half its attempts free (see DeliveryScheduler.limitOf),
-// so they can never crowd other tenants out. Unused for a while, a URL starts again from base.
+// A URL that never answers promptly with a 2xx never earns a slot, one that starts hanging gives
+// them all back at its first time-out, and the scheduler starts attempts beyond the base only
+// while the replica has half its attempts free (DeliveryScheduler.limitOf), so earned slots
+// take at most about half the replica from other tenants. Unused for a while, a URL starts
+// again from base.
 import { QUICK_ANSWER_MS, RESPONSIVE_FOR_MS } from './responsive-destinations.ts';
 
 export interface AttemptAnswer {
@@ -20,7 +20,8 @@ export interface AttemptAnswer {
   tookMs: number;
   /** The receiver's status code; null when it gave none (time-out, connection failure). */
   statusCode: number | null;
-  /** Whether more deliveries to this URL were waiting for a slot when the attempt ended. */
+  /** Whether more deliveries to this URL were waiting for a slot when the attempt ended, while it
+   *  had all it has earned under way (more slots would have been used). */
   backlog: boolean;
 }
 
@@ -82,11 +83,11 @@ export class DestinationConcurrency {
     state.lastAnswerAt = this.now();
     const drift = state.limit === base ? (answer.tookMs - state.fastestMs) / FASTEST_DRIFT : 0;
     state.fastestMs = Math.min(answer.tookMs, state.fastestMs + drift);
-    if (answer.statusCode === 429 || answer.statusCode === 503 || answer.tookMs > QUICK_ANSWER_MS) {
+    if (answer.statusCode === 429 || answer.statusCode === 503) {
       this.moveTo(state, Math.floor(state.limit / 2));
     } else if (answer.tookMs > 2 * state.fastestMs + LATENCY_SLACK_MS) {
       if (++state.queued >= state.limit) this.moveTo(state, state.limit - 1);
-    } else if (answer.backlog && answer.statusCode >= 200 && answer.statusCode < 300) {
+    } else if (answer.backlog && answer.tookMs <= QUICK_ANSWER_MS && answer.statusCode >= 200 && answer.statusCode < 300) {
       if (++state.earned >= state.limit) this.moveTo(state, state.limit + 1);
     }
   }

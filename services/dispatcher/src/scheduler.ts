@@ -389,7 +389,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
       got.set(key, (got.get(key) ?? 0) + 1);
     }
     for (const key of new Set([...lookedAt, ...got.keys()])) {
-      const room = freeSlots[key] ?? this.limitOf(key);
+      const room = freeSlots[key] ?? this.opts.perDestinationConcurrency; // as the claim was for it
       if (room > 0 && (got.get(key) ?? 0) < room) this.drained.add(key);
       else this.drained.delete(key);
     }
@@ -519,7 +519,6 @@ export class DeliveryScheduler implements DeliveryHandOff {
       // The database failed us mid-attempt: the lease brings the delivery back later.
       this.deps.log.warn({ err: String(err), eventId: claim.eventId }, 'dispatcher: attempt could not be recorded');
     let outcome: AttemptOutcome;
-    const started = performance.now();
     try {
       outcome = await performAttempt(this.attemptDeps, claim, this.limitOf(key));
     } catch (err) {
@@ -531,9 +530,13 @@ export class DeliveryScheduler implements DeliveryHandOff {
     else if (outcome.kind === 'failed' && outcome.timedOut) this.breakers.recordTimeout(key);
     else this.breakers.recordPromptOutcome(key);
     if (outcome.kind !== 'gone') {
-      const tookMs = performance.now() - started;
-      if (outcome.statusCode !== null) this.responsive.answered(key, tookMs);
-      this.concurrency.answered(key, { tookMs, statusCode: outcome.statusCode, backlog: (this.ready.get(key)?.length ?? 0) > 0 });
+      const { requestMs: tookMs, statusCode } = outcome;
+      if (statusCode !== null) this.responsive.answered(key, tookMs);
+      // A backlog that more slots would have served: claims waiting while the URL used all it has
+      // earned (not while the replica's load held it at its base: answers then say nothing of
+      // how it does with more).
+      const usedAll = (this.perDestination.get(key) ?? 0) >= this.concurrency.limitOf(key);
+      this.concurrency.answered(key, { tookMs, statusCode, backlog: usedAll && (this.ready.get(key)?.length ?? 0) > 0 });
     }
     // In the attempt's trace (not in that of whatever started the claim): its log lines join the
     // trace of the event it delivered, and so do the statements it makes alone (a "delivered"

@@ -131,24 +131,6 @@ describe('baileys driver in the session worker', function () {
     assert.deepEqual(outcome.sort(), ['message.failed', 'message.sent', 'status:failed', 'status:sent']); // one transaction's events share their millisecond
   });
 
-  it('records many messages handed over at once (a catch-up) in their order, several to a statement', async () => {
-    await connect();
-    const texts = Array.from({ length: 40 }, (_, i) => `caught up ${i}`);
-    const messages = texts.map((text) => inbound({ conversation: text }));
-    const status = { ...inbound({ conversation: 'a status update' }), key: { remoteJid: 'status@broadcast', fromMe: false, id: '3ASTATUS0001' } };
-    network.current.emit('messages.upsert', { messages: [...messages.slice(0, 20), status, ...messages.slice(20)], type: 'append' });
-    // A transaction's rows share now() to the microsecond: `at` tells how many commits wrote them.
-    const rows = () => env.db('incoming').where({ instance_id: instanceId }).whereIn('message_id', messages.map((m) => m.key.id!)).orderBy('id').select('text', env.db.raw('created_at::text AS at'));
-    await until(async () => (await rows()).length === texts.length, 'every message recorded', 10_000);
-    const recorded = await rows();
-    assert.deepEqual(recorded.map((r) => r.text), texts, 'in the order handed over');
-    const statements = new Set(recorded.map((r) => r.at)).size;
-    assert.ok(statements <= texts.length / 4, `written together, not one commit each: ${statements} transactions for ${texts.length} messages`);
-    assert.equal((await env.db('incoming').where({ instance_id: instanceId, message_id: '3ASTATUS0001' })).length, 0, 'status updates are not messages');
-    const events = (await eventsOf(env.db, instanceId, 'message.received')).filter((e) => texts.includes(e.data.text));
-    assert.equal(events.length, texts.length);
-  });
-
   it('archives received media, reports unavailable media with url null and an error, never archives view-once', async () => {
     await connect();
     const plain = randomBytes(2_000);

@@ -33,7 +33,6 @@ import {
   type ConnectionState,
   type Destination,
   type DriverContext,
-  type InboundMessage,
   type Logger,
   type NetworkDriver,
   type OutboundMessage,
@@ -548,50 +547,39 @@ export class BaileysDriver implements NetworkDriver {
     // content (group notifications, offline calls), which normaliseMessage drops. The incoming
     // table's unique message id absorbs a message the server hands over twice.
     if (upsert.type !== 'notify' && upsert.type !== 'append') return;
-    // Normalised one after another (media downloaded), each handed to the recorder without
-    // waiting for the previous one's commit: the recorder writes what it was handed meanwhile in
-    // one statement, in the order given (a catch-up of hundreds costs a few statements, not one
-    // commit each). The upsert is done once all are recorded.
-    const recorded: Promise<unknown>[] = [];
-    for (const msg of upsert.messages) {
-      const received = await this.recordHandedOver('received message', msg.key?.id, () => this.normaliseReceived(sock, msg));
-      if (received) recorded.push(this.recordHandedOver('received message', msg.key?.id, () => this.keepReceived(sock, msg, received)));
-    }
-    await Promise.all(recorded);
+    for (const msg of upsert.messages) await this.takeReceived(sock, msg);
+  }
+
+  private takeReceived(sock: BaileysSocket, msg: WAMessage): Promise<void> {
+    return this.recordHandedOver('received message', msg.key?.id, () => this.onLiveMessage(sock, msg));
   }
 
   /** The network acknowledged what it handed over (a message, a receipt) and will not send it
    *  again: a database that cannot be reached for a moment (a restart, a failover, a deadlock) is
    *  waited for, in order, rather than the record lost. Any other fault is logged, and the next
    *  one goes on. */
-  private async recordHandedOver<T>(what: string, messageId: string | null | undefined, record: () => Promise<T>): Promise<T | undefined> {
-    return retryWhileFailing(record, {
+  private async recordHandedOver(what: string, messageId: string | null | undefined, record: () => Promise<void>): Promise<void> {
+    await retryWhileFailing(record, {
       forMs: RECORD_RETRY_MS,
       worthRetrying: isDatabaseUnavailable,
       onRetry: (error, retryInMs) => this.log.warn({ err: errorSummary(error), messageId, retryInMs }, `the database is not reachable; recording the ${what} again`),
-    }).catch((error) => {
-      this.log.error({ err: errorSummary(error), messageId }, `could not process a ${what}`);
-      return undefined;
-    });
+    }).catch((error) => this.log.error({ err: errorSummary(error), messageId }, `could not process a ${what}`));
   }
 
-  /** The message as the listener takes it, or null for what is not recorded (status updates,
-   *  which are only marked read if the settings say so, channels, broadcasts, stubs). */
-  private async normaliseReceived(sock: BaileysSocket, msg: WAMessage): Promise<InboundMessage | null> {
+  private async onLiveMessage(sock: BaileysSocket, msg: WAMessage): Promise<void> {
     const chat = msg.key?.remoteJid;
-    if (!chat) return null;
+    if (!chat) return;
+    const settings = this.ctx.settings();
     if (isJidStatusBroadcast(chat)) {
-      if (this.ctx.settings().autoReadStatus && !msg.key.fromMe) await this.markRead(sock, msg.key);
-      return null;
+      if (settings.autoReadStatus && !msg.key.fromMe) await this.markRead(sock, msg.key);
+      return;
     }
-    if (isJidNewsletter(chat) || isJidBroadcast(chat)) return null;
-    return normaliseMessage(msg, this.normaliseDeps(sock));
-  }
-
-  private async keepReceived(sock: BaileysSocket, msg: WAMessage, received: InboundMessage): Promise<void> {
-    this.watchPresence(sock, msg.key.remoteJid!);
-    await this.ctx.listener.onMessage(received);
-    if (this.ctx.settings().autoReadMessages && !msg.key.fromMe) await this.markRead(sock, msg.key);
+    if (isJidNewsletter(chat) || isJidBroadcast(chat)) return;
+    const inbound = await normaliseMessage(msg, this.normaliseDeps(sock));
+    if (!inbound) return;
+    this.watchPresence(sock, chat);
+    await this.ctx.listener.onMessage(inbound);
+    if (settings.autoReadMessages && !msg.key.fromMe) await this.markRead(sock, msg.key);
   }
 
   private async markRead(sock: BaileysSocket, key: WAMessageKey): Promise<void> {
