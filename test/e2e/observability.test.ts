@@ -138,6 +138,7 @@ describe('observability (embedded)', function () {
     }, 5000, 'delivered attempts counted');
     assert.equal((sample(after, 'switchboard_http_requests_total', route) ?? 0) - (sample(before, 'switchboard_http_requests_total', route) ?? 0), 2);
     assert.ok((sample(after, 'switchboard_http_request_duration_seconds_count', route) ?? 0) >= 2);
+    assert.equal(sample(after, 'switchboard_webhook_urls_above_base_concurrency'), 0, 'the dispatcher reports its earned concurrency (none: no backlog here)');
     // Gauges read from the database may be up to a second old.
     const fresh = await eventually(async () => {
       const text = await scrape();

@@ -43,10 +43,11 @@ export interface Metrics {
   readonly webhookAttemptDuration: Histogram<AttemptLabels>;
   /** Deliveries whose last attempt failed (status `exhausted`), counted when it happens. */
   readonly webhookExhausted: Counter;
-  /** Open circuit breakers of this dispatcher (set through trackBreakers). */
-  readonly webhookBreakersOpen: Gauge;
   /** Registers how to count this process's open breakers at scrape time. */
   trackBreakers(countOpen: () => number): void;
+  /** Registers how to count this process's webhook URLs allowed more attempts at once than the
+   *  base (earned concurrency) at scrape time. */
+  trackEarnedConcurrency(countAboveBase: () => number): void;
   /** Prometheus text exposition of everything. */
   render(): Promise<string>;
   readonly contentType: string;
@@ -92,15 +93,8 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
     registers,
   });
   const webhookExhausted = new Counter({ name: 'switchboard_webhook_exhausted_total', help: 'Deliveries that failed their last attempt (status exhausted)', registers });
-  const breakerCounters: (() => number)[] = [];
-  const webhookBreakersOpen = new Gauge({
-    name: 'switchboard_webhook_circuit_breakers_open',
-    help: 'Webhook destinations whose circuit breaker is open in this dispatcher',
-    registers,
-    collect() {
-      this.set(breakerCounters.reduce((sum, count) => sum + count(), 0));
-    },
-  });
+  const trackBreakers = summedGauge('switchboard_webhook_circuit_breakers_open', 'Webhook destinations whose circuit breaker is open in this dispatcher', registers);
+  const trackEarnedConcurrency = summedGauge('switchboard_webhook_urls_above_base_concurrency', 'Webhook URLs allowed more attempts at once than the base in this dispatcher (earned concurrency)', registers);
 
   const refreshMs = opts.gaugeRefreshMs ?? 1000;
   const sources: Record<string, () => Promise<unknown>> = {};
@@ -127,11 +121,26 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
     webhookAttempts,
     webhookAttemptDuration,
     webhookExhausted,
-    webhookBreakersOpen,
-    trackBreakers: (countOpen) => void breakerCounters.push(countOpen),
+    trackBreakers,
+    trackEarnedConcurrency,
     render: () => registry.metrics(),
     contentType: registry.contentType,
   };
+}
+
+/** A gauge whose value, at scrape time, is the sum of what the registered counts say (each
+ *  dispatcher scheduler registers its own). Returns how to register one. */
+function summedGauge(name: string, help: string, registers: Registry[]): (count: () => number) => void {
+  const counts: (() => number)[] = [];
+  new Gauge({
+    name,
+    help,
+    registers,
+    collect() {
+      this.set(counts.reduce((sum, count) => sum + count(), 0));
+    },
+  });
+  return (count) => void counts.push(count);
 }
 
 interface DatabaseSnapshot {

@@ -89,7 +89,7 @@ describe('metrics', () => {
     assert.equal(sample(text, 'switchboard_media_stored_bytes', { direction: 'inbound' }), 1234);
   });
 
-  it('reports bus consumer lag and open breakers', async () => {
+  it('reports bus consumer lag, open breakers and URLs with earned concurrency', async () => {
     const bus = new MemoryBus({ log: createLogger({ level: 'silent' }) });
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
@@ -97,6 +97,8 @@ describe('metrics', () => {
       const metrics = createMetrics({ db, bus, processMetrics: false, gaugeRefreshMs: 0 });
       let open = 2;
       metrics.trackBreakers(() => open);
+      metrics.trackEarnedConcurrency(() => 3);
+      metrics.trackEarnedConcurrency(() => 1); // a second scheduler in the process
       const sub = await bus.consume({ stream: 'events', filter: 'evt.>', durable: 'dispatcher', maxAckPending: 1 }, () => held);
       await bus.publish('evt.inst-a.message.sent', new Uint8Array(), { msgId: 'e1' });
       await bus.publish('evt.inst-a.message.sent', new Uint8Array(), { msgId: 'e2' });
@@ -106,6 +108,7 @@ describe('metrics', () => {
       assert.equal(sample(text, 'switchboard_bus_consumer_lag', { stream: 'events' }), 2);
       assert.equal(sample(text, 'switchboard_bus_consumer_lag', { stream: 'commands' }), 1);
       assert.equal(sample(text, 'switchboard_webhook_circuit_breakers_open'), 2);
+      assert.equal(sample(text, 'switchboard_webhook_urls_above_base_concurrency'), 4);
       open = 0;
       assert.equal(sample(await metrics.render(), 'switchboard_webhook_circuit_breakers_open'), 0);
       void sub;

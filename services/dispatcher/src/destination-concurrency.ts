@@ -108,6 +108,13 @@ export class DestinationConcurrency {
     return state;
   }
 
+  /** URLs above their base right now (a gauge). */
+  aboveBaseCount(): number {
+    let above = 0;
+    for (const key of [...this.states.keys()]) if (this.limitOf(key) > this.bounds.base) above++;
+    return above;
+  }
+
   private sweep(): void {
     for (const key of this.states.keys()) this.current(key);
   }

@@ -178,6 +178,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
     const secrets = new RecentValues((sealed) => deps.crypto.open(sealed));
     this.attemptDeps = { db: deps.db, egress: deps.egress, metrics: deps.metrics, openSecret: (sealed) => secrets.get(sealed) };
     deps.metrics?.trackBreakers(() => this.breakers.openCount());
+    deps.metrics?.trackEarnedConcurrency(() => this.concurrency.aboveBaseCount());
   }
 
   start(): void {

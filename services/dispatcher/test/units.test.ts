@@ -206,6 +206,8 @@ describe('DestinationConcurrency', () => {
     assert.equal(c.limitOf('b'), 4, 'per URL');
     for (let i = 0; i < 50; i++) roundTrip(c, 'a', quick);
     assert.equal(c.limitOf('a'), 12, 'never past the most');
+    roundTrip(c, 'c', { ...quick, backlog: false });
+    assert.equal(c.aboveBaseCount(), 1, 'URLs above their base (the gauge): a, not b nor c');
   });
 
   it('earns nothing without a backlog, for failures, or for answers slower than a second', () => {
@@ -271,6 +273,7 @@ describe('DestinationConcurrency', () => {
     for (let i = 0; i < 5; i++) roundTrip(c, 'a', quick);
     assert.equal(c.limitOf('a'), 9);
     clock.now += RESPONSIVE_FOR_MS + 1;
+    assert.equal(c.aboveBaseCount(), 0);
     assert.equal(c.limitOf('a'), 4);
     const off = setup({ base: 4, max: 4 }).c;
     for (let i = 0; i < 10; i++) roundTrip(off, 'a', quick);
