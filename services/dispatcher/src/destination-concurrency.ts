@@ -111,7 +111,7 @@ export class DestinationConcurrency {
   /** URLs above their base right now (a gauge). */
   aboveBaseCount(): number {
     let above = 0;
-    for (const key of [...this.states.keys()]) if (this.limitOf(key) > this.bounds.base) above++;
+    for (const key of this.states.keys()) if (this.limitOf(key) > this.bounds.base) above++;
     return above;
   }
 

@@ -3,7 +3,8 @@
 // dispatcher does. Events are recorded and published to NATS first; the loop runs next, then the
 // dispatcher starts. Both rates are counted from the arrival that ends the warm-up share (below)
 // to the last one, so neither process start-up nor warm-up is part of either figure.
-import { createLogger, openBus, openDatabase, OutboxRelay, recordEvent } from '@switchboard/core';
+import { createLogger, openBus, openDatabase, OutboxRelay, recordEvent, type Bus } from '@switchboard/core';
+import type { Knex } from 'knex';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,13 +41,7 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
     const admin = new ApiClient(bench.cluster.url, bench.cluster.adminKey);
     const inst = await createInstance(admin, 'bench dispatcher');
     const secret = await setWebhook(admin, inst.id, receiver.url('/dispatch'));
-    const relay = new OutboxRelay(db, bus, log);
-    for (let done = 0; done < events; done += 100) {
-      await db.transaction(async (trx) => {
-        for (let i = done; i < Math.min(events, done + 100); i++) await recordEvent(trx, { instanceId: inst.id, type: 'message.sent', data: { messageId: `msg_${i}`, messengerId: `3EB0${i}`, phone: '5511900000005', type: 'text' } });
-      });
-    }
-    await relay.flush();
+    await recordSentEvents(db, bus, inst.id, events);
     if (FAILING_DESTINATIONS > 0) await recordFailingDestinations(db, (await createInstance(admin, 'bench failing')).id, FAILING_DESTINATIONS);
     // The baseline first, while nothing else runs: after the dispatcher has delivered, it is still
     // writing results, which would slow a loop measured then.
@@ -82,6 +77,17 @@ export async function measureDispatcher(bench: BenchCluster, events: number, pro
     await db.destroy();
     await receiver.close();
   }
+}
+
+/** Records `count` message.sent events for the instance, 100 to a transaction, and publishes them
+ *  to the bus (the dispatcher consumes them from there). */
+export async function recordSentEvents(db: Knex, bus: Bus, instanceId: string, count: number): Promise<void> {
+  for (let done = 0; done < count; done += 100) {
+    await db.transaction(async (trx) => {
+      for (let i = done; i < Math.min(count, done + 100); i++) await recordEvent(trx, { instanceId, type: 'message.sent', data: { messageId: `msg_${i}`, messengerId: `3EB0${i}`, phone: '5511900000005', type: 'text' } });
+    });
+  }
+  await new OutboxRelay(db, bus, createLogger({ level: 'silent', name: 'bench' })).flush();
 }
 
 /** `count` deliveries to as many URLs, retrying in an hour, as destinations that keep failing leave. */

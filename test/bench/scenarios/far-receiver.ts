@@ -2,11 +2,12 @@
 // concurrency (destination-concurrency.ts), against the same replica keeping a fixed 4 per URL,
 // measured in the same run. The receiver answers every request after RECEIVER_DELAY_MS, as one
 // across a continent would; nothing else in the scenario is far.
-import { createLogger, openBus, openDatabase, OutboxRelay, recordEvent } from '@switchboard/core';
+import { createLogger, openBus, openDatabase } from '@switchboard/core';
 import { startHttpsReceiver } from '../../support/https-receiver.ts';
 import { ApiClient } from '../../support/http.ts';
 import { createInstance, setWebhook } from '../api.ts';
 import type { BenchCluster } from '../targets.ts';
+import { recordSentEvents } from './dispatcher-throughput.ts';
 
 export const RECEIVER_DELAY_MS = 50;
 const BASE = 4;
@@ -50,10 +51,7 @@ async function drainBacklog(bench: BenchCluster, events: number, maxPerUrl: stri
     const admin = new ApiClient(bench.cluster.url, bench.cluster.adminKey);
     const inst = await createInstance(admin, 'bench far receiver');
     await setWebhook(admin, inst.id, receiver.url('/far'));
-    await db.transaction(async (trx) => {
-      for (let i = 0; i < events; i++) await recordEvent(trx, { instanceId: inst.id, type: 'message.sent', data: { messageId: `msg_${i}`, messengerId: `3EB0${i}`, phone: '5511900000005', type: 'text' } });
-    });
-    await new OutboxRelay(db, bus, log).flush();
+    await recordSentEvents(db, bus, inst.id, events);
     const dispatcher = bench.cluster.startDispatcher(env);
     try {
       await receiver.waitForRequests(events, 300_000, (r) => r.path === '/far');
