@@ -407,7 +407,7 @@ export class DeliveryScheduler implements DeliveryHandOff {
 
   /** How many attempts this destination may have under way now: what it has earned (see
    *  DestinationConcurrency) while the replica has half its slots free, else its base, so
-   *  earned slots never crowd out other tenants. */
+   *  earned slots take at most about half the replica from other tenants. */
   private limitOf(key: string): number {
     if (this.inFlight.size >= this.opts.maxConcurrent / 2) return this.opts.perDestinationConcurrency;
     return this.concurrency.limitOf(key);
